@@ -17,6 +17,8 @@ COMMANDS = [
     "pit.arch",
     "pit.checkpoint",
     "pit.data.cli",
+    "pit.train",
+    "pit.tracking",
 ]
 
 

@@ -18,6 +18,7 @@ trainable Z; a no-op elsewhere).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import asdict, dataclass
 from typing import Literal
@@ -77,6 +78,11 @@ def _check_ids(ids: torch.Tensor) -> None:
         raise PitError(f"token ids have dtype {ids.dtype}; expected an integer tensor (int64 or int32)")
 
 
+def _at_least_fp32(t: torch.Tensor) -> torch.Tensor:
+    """FP32 for half types; FP32/float64 stay as they are (float64 for gradcheck and diagnostics)."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 def _fp32_region(device: torch.device):
     """Context in which autocast is off, so T/L work stays in FP32."""
     return torch.autocast(device_type=device.type, enabled=False)
@@ -88,16 +94,57 @@ def orthonormality_error(Z: torch.Tensor) -> float:
     return torch.linalg.matrix_norm(Z64.T @ Z64 - torch.eye(Z.shape[1], dtype=torch.float64, device=Z.device)).item()
 
 
-def polar_factor(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Thin polar decomposition A = U H (Eq. 7) via the SVD A = P S Q^T: U = P Q^T, H = Q S Q^T.
+@contextlib.contextmanager
+def single_thread():
+    """Run small (d x d) LAPACK factorizations on one thread: with two busy cores, multithreaded
+    eigh/svd of a 768 x 768 matrix was measured 50x slower than single-threaded here."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
 
-    Computed in float64; returns (U, H) in float64.
-    """
-    P, S, Qh = torch.linalg.svd(A.double(), full_matrices=False)
-    if S.min() <= S.max() * torch.finfo(torch.float64).eps * max(A.shape):
-        raise PitError(f"matrix of shape {tuple(A.shape)} is rank deficient (smallest singular value {S.min().item():.3g}); "
-                       "expected full column rank for a polar decomposition")
-    return P @ Qh, (Qh.T * S) @ Qh
+
+def polar_factor(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Thin polar decomposition A = U H (Eq. 7), in float64: with A^T A = Q S^2 Q^T,
+    H = Q S Q^T and U = A Q S^-1 Q^T (one V x d x d product each way, a d x d eigh)."""
+    A = A.detach().double()
+    with single_thread():
+        evals, Q = torch.linalg.eigh(A.T @ A)
+    if evals.min() <= evals.max() * 1e-12:
+        raise PitError(f"matrix of shape {tuple(A.shape)} is (nearly) rank deficient: condition number "
+                       f"{(evals.max() / evals.min().clamp(min=1e-300)).sqrt().item():.3g}; expected full column "
+                       "rank for a polar decomposition")
+    s = evals.sqrt()
+    U = A @ ((Q / s) @ Q.T)
+    return U, (Q * s) @ Q.T
+
+
+def gram(Z: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
+    """Z^T Z in float64, from FP32 products over row chunks summed in float64 (accurate and fast)."""
+    G = torch.zeros(Z.shape[1], Z.shape[1], dtype=torch.float64, device=Z.device)
+    for i in range(0, Z.shape[0], chunk):
+        c = _at_least_fp32(Z[i:i + chunk])
+        G += (c.T @ c).double()
+    return G
+
+
+def inverse_sqrt_spd(G: torch.Tensor, tol: float = 1e-10, max_iter: int = 30) -> torch.Tensor:
+    """G^{-1/2} of an SPD matrix (float64). Near the identity (the retraction regime) a coupled
+    Newton-Schulz iteration (matmuls only, converges in a few steps); otherwise eigh."""
+    I = torch.eye(G.shape[0], dtype=G.dtype, device=G.device)
+    if torch.linalg.matrix_norm(G - I, ord=2) < 0.5:
+        Y, S = G, I  # Y -> G^{1/2}, S -> G^{-1/2}
+        for _ in range(max_iter):
+            P = S @ Y
+            if torch.linalg.matrix_norm(P - I) < tol:
+                return S
+            T = 1.5 * I - 0.5 * P
+            Y, S = Y @ T, T @ S
+    with single_thread():
+        evals, evecs = torch.linalg.eigh(G)
+    return (evecs * evals.rsqrt()) @ evecs.T
 
 
 def random_stiefel(vocab_size: int, dim: int, seed: int) -> torch.Tensor:
@@ -224,10 +271,10 @@ class PITTying(TokenInterface):
     # ---- the transform ------------------------------------------------------------------------
     def cholesky_factor(self) -> torch.Tensor:
         """L = tril(L_offdiag, -1) + diag(exp(l)), in FP32 (diag optionally clamped)."""
-        log_diag = self.log_diag.float()
+        log_diag = _at_least_fp32(self.log_diag)
         if self.diag_clamp is not None:
             log_diag = log_diag.clamp(math.log(self.diag_clamp[0]), math.log(self.diag_clamp[1]))
-        return torch.tril(self.L_offdiag.float(), -1) + torch.diag_embed(log_diag.exp())
+        return torch.tril(_at_least_fp32(self.L_offdiag), -1) + torch.diag_embed(log_diag.exp())
 
     def transform(self) -> torch.Tensor:
         """T = L L^T (SPD), FP32."""
@@ -240,7 +287,7 @@ class PITTying(TokenInterface):
         _check_ids(ids)
         with _fp32_region(self.Z.device):
             L = self.cholesky_factor()
-            z = F.embedding(ids.reshape(-1), self.Z.float())
+            z = F.embedding(ids.reshape(-1), _at_least_fp32(self.Z)).to(L.dtype)
             y = torch.linalg.solve_triangular(L.T, z, upper=True, left=False)  # y L^T = z
             e = torch.linalg.solve_triangular(L, y, upper=False, left=False)  # e L = y
         return e.reshape(*ids.shape, self.dim)
@@ -248,7 +295,8 @@ class PITTying(TokenInterface):
     def head_input(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """g = h T in FP32 (Eq. 12); the vocabulary matmul g Z^T follows autocast like any head."""
         with _fp32_region(h.device):
-            g = h.float() @ self.transform()
+            T = self.transform()
+            g = _at_least_fp32(h).to(T.dtype) @ T
         if torch.is_autocast_enabled(h.device.type):
             g = g.to(torch.get_autocast_dtype(h.device.type))
         return g, self.Z
@@ -261,12 +309,13 @@ class PITTying(TokenInterface):
     def input_embedding(self) -> torch.Tensor:
         with _fp32_region(self.Z.device):
             L = self.cholesky_factor()
-            y = torch.linalg.solve_triangular(L.T, self.Z.float(), upper=True, left=False)
+            y = torch.linalg.solve_triangular(L.T, _at_least_fp32(self.Z).to(L.dtype), upper=True, left=False)
             return torch.linalg.solve_triangular(L, y, upper=False, left=False)
 
     def output_projection(self) -> torch.Tensor:
         with _fp32_region(self.Z.device):
-            return self.transform() @ self.Z.float().T
+            T = self.transform()
+            return T @ _at_least_fp32(self.Z).to(T.dtype).T
 
     @torch.no_grad()
     def after_optimizer_step(self) -> None:
@@ -275,12 +324,11 @@ class PITTying(TokenInterface):
 
     @torch.no_grad()
     def retract_(self) -> None:
-        """Polar retraction Z <- Z (Z^T Z + eps I)^{-1/2} (Eq. 18); the d x d work in float64."""
-        Z64 = self.Z.double()
-        gram = Z64.T @ Z64 + self.retraction_eps * torch.eye(self.dim, dtype=torch.float64, device=Z64.device)
-        evals, evecs = torch.linalg.eigh(gram)
-        inv_sqrt = (evecs * evals.rsqrt()) @ evecs.T
-        self.Z.copy_((Z64 @ inv_sqrt).to(self.Z.dtype))
+        """Polar retraction Z <- Z (Z^T Z + eps I)^{-1/2} (Eq. 18), applied as Z + Z (S - I) so
+        that FP32 rounding touches only the small correction."""
+        G = gram(self.Z) + self.retraction_eps * torch.eye(self.dim, dtype=torch.float64, device=self.Z.device)
+        S = inverse_sqrt_spd(G) - torch.eye(self.dim, dtype=torch.float64, device=self.Z.device)
+        self.Z.add_(self.Z @ S.to(self.Z.dtype))
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, trainable_z={self.Z.requires_grad}, diag_clamp={self.diag_clamp}"
@@ -391,7 +439,11 @@ def init_from_teacher_(interface: TokenInterface, E0: torch.Tensor, t_init: str 
         if t_init not in T_INITS:
             raise PitError(f"t_init {t_init!r} is unknown; expected one of {T_INITS}")
         U, H = polar_factor(E0)
-        interface.set_(U.float(), torch.linalg.cholesky(torch.linalg.inv(H)) if t_init == "inverse_h" else None)
+        L = None
+        if t_init == "inverse_h":
+            with single_thread():
+                L = torch.linalg.cholesky(torch.linalg.inv(H))
+        interface.set_(U.float(), L)
     elif isinstance(interface, TransposeTying):
         interface.weight.copy_(E0)
     else:

@@ -7,6 +7,7 @@ encoded as ordinary text, so EOS only ever marks document ends.
 
 from __future__ import annotations
 
+import collections
 import multiprocessing
 import os
 from pathlib import Path
@@ -39,10 +40,21 @@ def _init_worker(tokenizer_json: str, eos_id: int, dtype: str) -> None:
 
 def _encode_batch(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """(token ids of the batch with EOS after each document, tokens per document incl. EOS)."""
-    encodings = _worker["tokenizer"].encode_batch(texts, add_special_tokens=False)
+    encodings = _worker["tokenizer"].encode_batch_fast(texts, add_special_tokens=False)  # no offsets
     ids = [e.ids + [_worker["eos_id"]] for e in encodings]
     lengths = np.array([len(doc) for doc in ids], dtype=np.int64)
     return np.fromiter((t for doc in ids for t in doc), dtype=_worker["dtype"], count=int(lengths.sum())), lengths
+
+
+def _in_order(pool, batches, depth: int):
+    """`_encode_batch` over `batches` in the pool, results in order, at most `depth` batches in flight."""
+    pending = collections.deque()
+    for batch in batches:
+        pending.append(pool.apply_async(_encode_batch, (batch,)))
+        if len(pending) >= depth:
+            yield pending.popleft().get()
+    while pending:
+        yield pending.popleft().get()
 
 
 def tokenize_split(
@@ -75,16 +87,16 @@ def tokenize_split(
 
     n_tokens = n_docs = 0
     out = Path(out)
+    # Fork before anything starts threads (tqdm, Parquet reads); workers load their own tokenizer.
+    pool = multiprocessing.get_context("fork").Pool(workers, _init_worker, init_args) if workers > 1 else None
     bar = tqdm(total=manifest["splits"][split], unit="doc", desc=f"tokenize {split} with {meta['name']}")
-    with atomic_path(out) as tmp, open(tmp, "wb") as f:
-        if workers == 1:
+    try:
+        if pool is None:
             _init_worker(*init_args)
             results = map(_encode_batch, batches)
-            pool = None
         else:
-            pool = multiprocessing.get_context("spawn").Pool(workers, _init_worker, init_args)
-            results = pool.imap(_encode_batch, batches)  # in order: the file is deterministic
-        try:
+            results = _in_order(pool, batches, depth=4 * workers)
+        with atomic_path(out) as tmp, open(tmp, "wb") as f:
             for ids, lengths in results:
                 over_budget = token_budget is not None and n_tokens + len(ids) > token_budget
                 if over_budget:  # keep the whole documents that still fit, then stop
@@ -95,16 +107,16 @@ def tokenize_split(
                 bar.update(len(lengths))
                 if over_budget:
                     break
-        finally:
-            if pool is not None:
-                pool.terminate()
-            bar.close()
-        f.flush()
-        if context_length is not None and n_tokens < context_length + 1:
-            raise PitError(
-                f"{split} split tokenized with {meta['name']!r} holds {n_tokens} tokens, fewer than one window of "
-                f"context_length + 1 = {context_length + 1}: enlarge the corpus"
-            )
+            f.flush()
+            if context_length is not None and n_tokens < context_length + 1:
+                raise PitError(
+                    f"{split} split tokenized with {meta['name']!r} holds {n_tokens} tokens, fewer than one window "
+                    f"of context_length + 1 = {context_length + 1}: enlarge the corpus"
+                )
+    finally:
+        if pool is not None:
+            pool.terminate()
+        bar.close()
     sidecar = {
         "split": split,
         "tokenizer": meta["name"],

@@ -149,3 +149,14 @@ def load_tokenizer(folder: str | os.PathLike):
     from tokenizers import Tokenizer
 
     return Tokenizer.from_file(str(json_path)), meta
+
+
+def tiktoken_gpt2():
+    """tiktoken's GPT-2 encoding built offline from the same package files: the reference for checks."""
+    import tiktoken
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+    from tiktoken_ext.openai_public import r50k_pat_str
+
+    vocab, merges = gpt2_package_files()
+    ranks = data_gym_to_mergeable_bpe_ranks(vocab_bpe_file=str(merges), encoder_json_file=str(vocab))
+    return tiktoken.Encoding("gpt2-package", pat_str=r50k_pat_str, mergeable_ranks=ranks, special_tokens={EOS: 50256})

@@ -53,10 +53,12 @@ class PitGPT2LMHeadModel(InterfaceLMMixin, GPT2LMHeadModel):
 
 
 def gpt2_config(spec, vocab_size: int | None = None, **overrides) -> GPT2Config:
-    """A GPT-2 config for a `TeacherSpec` (a fresh tiny teacher; real teachers bring their config)."""
-    return GPT2Config(vocab_size=vocab_size or spec.vocab_size, n_positions=spec.n_positions, n_embd=spec.n_embd,
-                      n_layer=spec.n_layer, n_head=spec.n_head, bos_token_id=50256, eos_token_id=50256,
-                      tie_word_embeddings=True, **overrides)
+    """A GPT-2 config for a `TeacherSpec` (a fresh stand-in teacher; real teachers bring their own).
+    Tied embeddings and no dropout, as in Cerebras-GPT."""
+    values = dict(vocab_size=vocab_size or spec.vocab_size, n_positions=spec.n_positions, n_embd=spec.n_embd,
+                  n_layer=spec.n_layer, n_head=spec.n_head, bos_token_id=50256, eos_token_id=50256,
+                  tie_word_embeddings=True, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    return GPT2Config(**{**values, **overrides})
 
 
 def load_teacher(name_or_path: str, **kwargs) -> GPT2LMHeadModel:

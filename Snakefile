@@ -1,0 +1,15 @@
+"""Reproduction pipeline of "Rethinking Weight Tying: Pseudo-Inverse Tying" (docs/workflow.md).
+
+    snakemake --cores all                                  # embedded default profile (config.yaml)
+    snakemake --cores all --configfile config/paper.yaml   # the paper's settings
+"""
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        ALL_TARGETS,

@@ -1,0 +1,151 @@
+"""MLflow tracking that never stops a run: `metrics.jsonl` in the run folder is the source of truth.
+
+The tracking URI comes from `--tracking-uri` / the config, else `MLFLOW_TRACKING_URI`, else a
+SQLite store in the project (`sqlite:///mlflow.db`). If the store cannot be reached (a server
+down, a locked file), the first failure is logged as a warning and tracking switches off for the
+rest of the run; `pit mlflow sync RUN_DIR` uploads the run folder later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("pit.tracking")
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+
+
+def tracking_uri(configured: str | None = None) -> str:
+    return configured or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v if isinstance(v, (int, float, str, bool)) or v is None else json.dumps(v)
+    return out
+
+
+class Tracker:
+    """A best-effort MLflow run. Every call is safe: failures disable tracking, never the run."""
+
+    def __init__(self, uri: str | None, experiment: str, run_name: str, tags: dict[str, str] | None = None,
+                 enabled: bool = True, run_id: str | None = None):
+        self.run_id = None
+        self.active = enabled
+        if not enabled:
+            return
+        # fail fast instead of retrying for minutes against a server that is down
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+        self._call(self._start, tracking_uri(uri), experiment, run_name, tags or {}, run_id)
+
+    def _start(self, uri, experiment, run_name, tags, run_id):
+        import mlflow
+
+        self._client = mlflow.MlflowClient(tracking_uri=uri)
+        if run_id is not None:
+            try:
+                self.run_id = self._client.get_run(run_id).info.run_id
+                self._client.update_run(self.run_id, status="RUNNING")
+                return
+            except Exception:  # the run is gone from this store: start a new one
+                pass
+        exp = self._client.get_experiment_by_name(experiment)
+        exp_id = exp.experiment_id if exp is not None else self._client.create_experiment(experiment)
+        self.run_id = self._client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
+
+    def _call(self, fn, *args):
+        if not self.active:
+            return None
+        try:
+            return fn(*args)
+        except Exception as err:  # noqa: BLE001  -- any tracking failure must not stop training
+            log.warning("MLflow tracking disabled for this run (%s: %s); metrics.jsonl keeps everything, "
+                        "upload later with `pit mlflow sync`", type(err).__name__, err)
+            self.active = False
+            return None
+
+    def log_params(self, params: dict) -> None:
+        from mlflow.entities import Param
+
+        def go():
+            items = [Param(k, str(v)[:6000]) for k, v in flatten(params).items()]
+            for i in range(0, len(items), 100):
+                self._client.log_batch(self.run_id, params=items[i:i + 100])
+        self._call(go)
+
+    def log_metrics(self, rows: list[dict], keys: tuple[str, ...]) -> None:
+        """Log metric rows (dicts with 'step'); only finite numeric values of `keys`."""
+        from mlflow.entities import Metric
+        import math
+        import time
+
+        def go():
+            ts = int(time.time() * 1000)
+            items = [Metric(k, float(r[k]), ts, int(r["step"])) for r in rows for k in keys
+                     if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
+            for i in range(0, len(items), 1000):
+                self._client.log_batch(self.run_id, metrics=items[i:i + 1000])
+        self._call(go)
+
+    def log_artifact(self, path: str | Path) -> None:
+        self._call(lambda: self._client.log_artifact(self.run_id, str(path)))
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        self._call(lambda: [self._client.set_tag(self.run_id, k, str(v)) for k, v in tags.items()])
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self._call(lambda: self._client.set_terminated(self.run_id, status=status))
+
+
+METRIC_KEYS = ("loss", "lr", "grad_norm", "tokens_per_s", "tokens", "delta_ti", "val_loss", "val_ppl")
+
+
+def sync_run(run_dir: str | Path, uri: str | None = None) -> str:
+    """Upload a finished run folder (params, metrics.jsonl, summary, config) as a new MLflow run."""
+    run_dir = Path(run_dir)
+    meta_file = run_dir / "run.json"
+    if not meta_file.is_file():
+        from pit.errors import PitError
+        raise PitError(f"{str(run_dir)!r} is not a run folder: no run.json (expected the output of `pit train`)")
+    meta = json.loads(meta_file.read_text())
+    tracker = Tracker(uri, meta["experiment"], meta["run_name"], meta.get("tags"))
+    if not tracker.active:
+        from pit.errors import PitError
+        raise PitError(f"cannot reach the MLflow store {tracking_uri(uri)!r}")
+    tracker.log_params(meta["params"])
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    tracker.log_metrics(rows, METRIC_KEYS)
+    for name in ("summary.json", "run.json", "metrics.jsonl"):
+        if (run_dir / name).is_file():
+            tracker.log_artifact(run_dir / name)
+    tracker.finish()
+    if not tracker.active:
+        from pit.errors import PitError
+        raise PitError(f"upload to {tracking_uri(uri)!r} failed part-way; nothing in {str(run_dir)!r} was changed")
+    return tracker.run_id
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    for run_dir in args.run_dirs:
+        print(f"{run_dir}: uploaded as MLflow run {sync_run(run_dir, args.tracking_uri)}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("mlflow", help="MLflow utilities")
+    s = p.add_subparsers(dest="mlflow_command", required=True)
+    q = s.add_parser("sync", help="upload run folders (metrics.jsonl, summary) to an MLflow store")
+    q.add_argument("run_dirs", nargs="+")
+    q.add_argument("--tracking-uri", default=None, help=f"default: $MLFLOW_TRACKING_URI or {DEFAULT_TRACKING_URI}")
+    q.set_defaults(func=cmd_sync)

@@ -1,0 +1,513 @@
+"""`pit train`: one pretraining run (teacher or scratch mode; PIT, TT or untied) into a run folder.
+
+Run folder layout:
+    run.json                 resolved config, hashes, MLflow identity (written at start)
+    metrics.jsonl            one JSON row per optimizer step (the source of truth)
+    checkpoints/step-NNNNNN/ model/ (save_pretrained) + trainer_state.pt  (every `checkpoint_every`)
+    final/                   HF checkpoint of the last step + tokenizer
+    summary.json             final loss / ppl, validation, runtime, tokens, peak memory
+
+Optimisation: AdamW (decay on matrices of the blocks and on TT/untied tables; none on norms,
+biases, gates, L or Z), linear warmup then cosine decay to `min_lr`, gradient accumulation to a
+fixed global batch in tokens, clipping, seeded data order (window starts for step s come from
+`numpy.random.default_rng([seed, s])`, so a resumed run reads the same data), bf16 autocast on
+CUDA with the PIT T/L work in FP32. Under `torchrun` the same command runs DDP with the same
+global batch (each rank takes every world_size-th micro-batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import os
+import resource
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pit.errors import PitError
+from pit.io import atomic_path, sha256_file, write_json, write_text
+from pit.tying import InterfaceConfig
+
+log = logging.getLogger("pit.train")
+
+
+@dataclass
+class TrainConfig:
+    """Everything one run needs. Keys of the `pretrain` section of the workflow config."""
+
+    mode: str  # scratch | teacher
+    model: str  # scratch-family name / GPT-2 stand-in name (scratch mode), or teacher hub id / folder
+    train_data: str
+    val_data: str
+    tokenizer: str  # tokenizer folder (copied into the final checkpoint)
+    interface: dict = field(default_factory=dict)  # InterfaceConfig
+    seq_len: int = 256
+    global_batch_tokens: int = 4096
+    micro_batch_size: int = 8
+    max_steps: int = 100
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup_steps: int = 10
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    adam_eps: float = 1e-8
+    grad_clip: float = 1.0
+    seed: int = 0
+    precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16
+    compile: bool = False
+    device: str = "auto"  # auto | cpu | cuda
+    threads: int | None = None  # CPU threads (None: torch's default)
+    log_every: int = 1
+    interface_every: int = 1  # steps between Delta_TI measurements
+    eval_batches: int = 8  # validation windows per evaluation = eval_batches * micro_batch_size
+    checkpoint_every: int = 0  # 0: only the final checkpoint
+    keep_checkpoints: int = 2
+    final_loss_window: int = 10  # final training loss = mean loss of the last N steps
+    spike_factor: float = 3.0  # a loss above factor x its running mean is a spike
+    on_spike: str = "log"  # log | skip (skip the update) | stop
+    on_nonfinite: str = "skip"  # skip | stop
+    stop_after_steps: int | None = None  # end the process early (resume tests, time-boxed jobs)
+    run_name: str | None = None
+    tags: dict = field(default_factory=dict)
+    mlflow: dict = field(default_factory=dict)  # {tracking_uri, experiment, enabled}
+
+    def __post_init__(self):
+        checks = [
+            (self.mode in ("scratch", "teacher"), f"mode {self.mode!r}; expected 'scratch' or 'teacher'"),
+            (self.seq_len > 0, f"seq_len {self.seq_len}; expected > 0"),
+            (self.micro_batch_size > 0, f"micro_batch_size {self.micro_batch_size}; expected > 0"),
+            (self.global_batch_tokens > 0, f"global_batch_tokens {self.global_batch_tokens}; expected > 0"),
+            (self.max_steps > 0, f"max_steps {self.max_steps}; expected > 0"),
+            (self.lr > 0 and 0 <= self.min_lr <= self.lr, f"lr {self.lr}, min_lr {self.min_lr}; expected 0 <= min_lr <= lr"),
+            (0 <= self.warmup_steps < self.max_steps, f"warmup_steps {self.warmup_steps}; expected 0 <= warmup < max_steps"),
+            (self.precision in ("auto", "fp32", "bf16"), f"precision {self.precision!r}; expected auto, fp32 or bf16"),
+            (self.on_spike in ("log", "skip", "stop"), f"on_spike {self.on_spike!r}; expected log, skip or stop"),
+            (self.on_nonfinite in ("skip", "stop"), f"on_nonfinite {self.on_nonfinite!r}; expected skip or stop"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise PitError(f"train config: {msg}")
+        InterfaceConfig.from_dict(self.interface)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise PitError(f"train config: unknown keys {unknown}; expected a subset of {sorted(names)}")
+        missing = sorted(f.name for f in dataclasses.fields(cls)
+                         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in d)
+        if missing:
+            raise PitError(f"train config: missing required keys {missing}")
+        return cls(**d)
+
+    def accumulation(self, world_size: int) -> int:
+        """Micro-batches per optimizer step on each rank; the global batch must divide evenly."""
+        per_micro = self.micro_batch_size * self.seq_len * world_size
+        if self.global_batch_tokens % per_micro:
+            raise PitError(f"global_batch_tokens {self.global_batch_tokens} is not a multiple of micro_batch_size x "
+                           f"seq_len x world_size = {self.micro_batch_size} x {self.seq_len} x {world_size} = {per_micro}")
+        return self.global_batch_tokens // per_micro
+
+
+# ---- distributed -------------------------------------------------------------------------------
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device: torch.device) -> Dist:
+    """torchrun sets WORLD_SIZE/RANK/LOCAL_RANK: NCCL on GPU, gloo on CPU."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return Dist()
+    import torch.distributed as dist
+
+    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return Dist(dist.get_rank(), world, int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def all_reduce_mean(x: float, d: Dist) -> float:
+    if d.world == 1:
+        return x
+    import torch.distributed as dist
+
+    t = torch.tensor([x], dtype=torch.float64)
+    dist.all_reduce(t)
+    return t.item() / d.world
+
+
+# ---- model -------------------------------------------------------------------------------------
+def build_run_model(cfg: TrainConfig, vocab_size: int):
+    """Scratch mode: a fresh model from a named spec. Teacher mode: load + convert the interface."""
+    from pit.models import build_model, convert_teacher, get_spec, load_teacher
+    from pit.models.configs import TeacherSpec
+
+    iface = InterfaceConfig.from_dict(cfg.interface)
+    if cfg.mode == "scratch":
+        spec = get_spec(cfg.model)
+        if isinstance(spec, TeacherSpec) and iface.kind != "tt":
+            raise PitError(f"model {cfg.model!r} is a GPT-2 stand-in teacher (tied, as Cerebras-GPT); "
+                           f"train it with interface kind 'tt', not {iface.kind!r}")
+        return build_model(cfg.model, iface, vocab_size=vocab_size, max_seq_len=max(cfg.seq_len, 256), seed=cfg.seed)
+    teacher = load_teacher(cfg.model)
+    if teacher.config.vocab_size != vocab_size:
+        raise PitError(f"teacher {cfg.model!r} has vocabulary size {teacher.config.vocab_size}; the training data "
+                       f"was tokenized with vocabulary size {vocab_size}")
+    return convert_teacher(teacher, iface)
+
+
+def interface_matrices(model):
+    """(E, W_out) of any model the project trains (an interface, or HF's tied wte/lm_head)."""
+    if hasattr(model, "interface"):
+        return model.interface.input_embedding(), model.interface.output_projection()
+    return model.get_input_embeddings().weight, model.get_output_embeddings().weight.T
+
+
+def delta_ti(model) -> float:
+    """Delta_TI = ||W_out E - I||_F in float64 (Eq. 14)."""
+    with torch.no_grad():
+        E, W = (m.detach().double() for m in interface_matrices(model))
+        return torch.linalg.matrix_norm(W @ E - torch.eye(E.shape[1], dtype=torch.float64, device=E.device)).item()
+
+
+def param_groups(model, weight_decay: float):
+    """Decay matrices of the blocks and TT/untied tables; not norms, biases, gates, L or Z."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        is_pit = name.startswith("interface.") and name.split(".")[-1] in ("Z", "L_offdiag", "log_diag")
+        (decay if p.ndim >= 2 and not is_pit else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def lr_lambda(cfg: TrainConfig):
+    """Linear warmup to lr, then cosine decay to min_lr at max_steps (as a factor of lr)."""
+    def f(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps))
+        return (cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))) / cfg.lr
+    return f
+
+
+# ---- checkpoints -------------------------------------------------------------------------------
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    steps = sorted(run_dir.glob("checkpoints/step-*/trainer_state.pt"))
+    return steps[-1].parent if steps else None
+
+
+def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state: dict, keep: int) -> None:
+    with atomic_path(run_dir / "checkpoints" / f"step-{step:06d}") as tmp:
+        tmp.mkdir()
+        model.save_pretrained(tmp / "model", safe_serialization=True)
+        torch.save({"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    "rng_cpu": torch.get_rng_state(),
+                    "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                    **state}, tmp / "trainer_state.pt")
+    for old in sorted((run_dir / "checkpoints").glob("step-*"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def load_checkpoint(ckpt: Path, model, optimizer, scheduler) -> dict:
+    from safetensors.torch import load_file
+
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
+    weights = {}
+    for f in sorted((ckpt / "model").glob("*.safetensors")):
+        weights.update(load_file(f))
+    own = model.state_dict()
+    bad = [k for k in own if k not in weights or weights[k].shape != own[k].shape]
+    if bad:
+        raise PitError(f"checkpoint {str(ckpt)!r} does not match this run's model (e.g. {bad[0]}); "
+                       "it was written by a run with another architecture or vocabulary")
+    model.load_state_dict({k: weights[k] for k in own}, strict=True)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["rng_cpu"])
+    if state["rng_cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["rng_cuda"])
+    return state
+
+
+# ---- the run -----------------------------------------------------------------------------------
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def evaluate(model, data, cfg: TrainConfig, device, autocast) -> float:
+    """Mean next-token loss on the first eval_batches x micro_batch_size non-overlapping windows."""
+    starts = data.sequential_starts(cfg.seq_len, cfg.eval_batches * cfg.micro_batch_size)
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(starts), cfg.micro_batch_size):
+            batch = data.windows(starts[i:i + cfg.micro_batch_size], cfg.seq_len).to(device)
+            with autocast:
+                logits = model(batch[:, :-1], use_cache=False).logits
+            total += F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum").item()
+            count += batch[:, 1:].numel()
+    model.train()
+    return total / count
+
+
+def train(cfg: TrainConfig, run_dir: str | Path) -> dict:
+    """Run (or resume) one training run; returns the summary."""
+    from contextlib import nullcontext
+
+    from tqdm.auto import tqdm
+
+    from pit.data.reader import TokenFile
+    from pit.tracking import METRIC_KEYS, Tracker
+
+    run_dir = Path(run_dir)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if cfg.device == "auto" else cfg.device))
+    d = init_distributed(device)
+    if device.type == "cuda":
+        device = torch.device("cuda", d.local_rank)
+        torch.cuda.set_device(device)
+    use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
+
+    train_data, val_data = TokenFile(cfg.train_data), TokenFile(cfg.val_data)
+    vocab = train_data.meta["vocab_size"]
+    if val_data.meta.get("tokenizer_sha256") != train_data.meta.get("tokenizer_sha256"):
+        raise PitError(f"{cfg.train_data!r} and {cfg.val_data!r} were tokenized with different tokenizers")
+    accum = cfg.accumulation(d.world)  # before any work: a bad batch shape fails fast
+    train_data.random_starts(1, cfg.seq_len, np.random.default_rng(0))  # at least one window fits
+    val_data.sequential_starts(cfg.seq_len)
+
+    model = build_run_model(cfg, vocab).to(device)
+    model.train()
+    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                                  eps=cfg.adam_eps, fused=device.type == "cuda")
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
+
+    run_name = cfg.run_name or run_dir.name
+    params = {"train": dataclasses.asdict(cfg), "git_commit": git_commit(),
+              "train_data_sha256": train_data.meta.get("sha256") or sha256_file(cfg.train_data),
+              "tokenizer_sha256": train_data.meta.get("tokenizer_sha256"), "vocab_size": vocab,
+              "world_size": d.world, "accumulation": accum, "device": device.type, "bf16": use_bf16,
+              "parameters": sum(p.numel() for p in model.parameters()),
+              "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+    tags = {"mode": cfg.mode, "interface": InterfaceConfig.from_dict(cfg.interface).kind, **cfg.tags}
+    experiment = cfg.mlflow.get("experiment", "pit")
+
+    state = {"tokens": 0, "runtime_s": 0.0, "loss_ema": None, "first_loss": None, "skipped": 0, "mlflow_run_id": None}
+    start_step = 0
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is not None:
+        saved = load_checkpoint(ckpt, model, optimizer, scheduler)
+        start_step = saved["step"]
+        state.update({k: saved[k] for k in state if k in saved})
+        if d.main:
+            log.info("resuming %s from step %d", run_dir, start_step)
+    elif d.main and run_dir.exists():
+        for stale in ("metrics.jsonl", "summary.json", "final"):  # a fresh start owns the folder
+            p = run_dir / stale
+            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+
+    tracker = Tracker(cfg.mlflow.get("tracking_uri"), experiment, run_name, tags,
+                      enabled=d.main and cfg.mlflow.get("enabled", True), run_id=state["mlflow_run_id"])
+    state["mlflow_run_id"] = tracker.run_id
+    metrics_path = run_dir / "metrics.jsonl"
+    if d.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json(run_dir / "run.json", {"run_name": run_name, "experiment": experiment, "tags": tags, "params": params,
+                                          "mlflow_run_id": tracker.run_id})
+        if ckpt is None:
+            tracker.log_params(params)
+        # keep exactly the rows the checkpoint has seen, so a resumed run appends the same rows
+        rows = [r for r in (json.loads(x) for x in metrics_path.read_text().splitlines() if x.strip())] \
+            if metrics_path.exists() else []
+        write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in rows if r["step"] <= start_step))
+
+    if cfg.compile:
+        model = torch.compile(model)
+    ddp_model = model
+    if d.world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    base = model._orig_mod if cfg.compile else model
+
+    micro_total = accum * d.world
+    last_step = cfg.max_steps if cfg.stop_after_steps is None else min(cfg.max_steps, cfg.stop_after_steps)
+    bar = tqdm(range(start_step, last_step), initial=start_step, total=cfg.max_steps, desc=run_name,
+               disable=not d.main, dynamic_ncols=True)
+    pending = []
+    metrics_file = open(metrics_path, "a") if d.main else None
+    for step in bar:
+        t0 = time.perf_counter()
+        rng = np.random.default_rng([cfg.seed, step])
+        starts = train_data.random_starts(micro_total * cfg.micro_batch_size, cfg.seq_len, rng)
+        loss_sum = 0.0
+        for i in range(accum):
+            micro = d.rank + i * d.world
+            batch = train_data.windows(starts[micro * cfg.micro_batch_size:(micro + 1) * cfg.micro_batch_size],
+                                       cfg.seq_len).to(device)
+            sync = d.world == 1 or i == accum - 1
+            ctx = nullcontext() if sync else ddp_model.no_sync()
+            with ctx:
+                with autocast:
+                    logits = ddp_model(batch[:, :-1], use_cache=False).logits
+                loss = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten()) / accum
+                loss.backward()
+            loss_sum += loss.item()
+        loss_value = all_reduce_mean(loss_sum, d)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).item()
+
+        event = None
+        if not math.isfinite(loss_value) or not math.isfinite(grad_norm):
+            event = "nonfinite"
+            action = cfg.on_nonfinite
+        elif state["loss_ema"] is not None and loss_value > cfg.spike_factor * state["loss_ema"]:
+            event = "spike"
+            action = cfg.on_spike
+        else:
+            action = "none"
+        if action == "stop":
+            raise PitError(f"step {step}: {event} loss {loss_value} (grad norm {grad_norm}); stopping as configured "
+                           f"(on_{'spike' if event == 'spike' else 'nonfinite'}: stop). The last checkpoint is kept.")
+        if action == "skip":
+            optimizer.zero_grad(set_to_none=True)
+            state["skipped"] += 1
+        else:
+            optimizer.step()
+            base_iface = getattr(base, "interface", None)
+            if base_iface is not None:
+                base_iface.after_optimizer_step()
+            optimizer.zero_grad(set_to_none=True)
+        lr = scheduler.get_last_lr()[0]
+        scheduler.step()
+        if math.isfinite(loss_value) and event is None:
+            state["loss_ema"] = loss_value if state["loss_ema"] is None else 0.9 * state["loss_ema"] + 0.1 * loss_value
+        if state["first_loss"] is None:
+            state["first_loss"] = loss_value
+        state["tokens"] += cfg.global_batch_tokens
+        dt = time.perf_counter() - t0
+        state["runtime_s"] += dt
+
+        if d.main:
+            row = {"step": step + 1, "tokens": state["tokens"], "loss": loss_value, "lr": lr, "grad_norm": grad_norm,
+                   "tokens_per_s": cfg.global_batch_tokens / dt, "time_s": state["runtime_s"]}
+            if event:
+                row["event"] = event
+            if (step + 1) % cfg.interface_every == 0 or step + 1 == cfg.max_steps:
+                row["delta_ti"] = delta_ti(base)
+            metrics_file.write(json.dumps(row) + "\n")
+            metrics_file.flush()
+            pending.append(row)
+            bar.set_postfix(loss=f"{loss_value:.4f}")
+            if (step + 1) % max(cfg.log_every, 1) == 0:
+                tracker.log_metrics(pending, METRIC_KEYS)
+                pending = []
+        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.max_steps and d.main:
+            save_checkpoint(run_dir, step + 1, base, optimizer, scheduler, state, cfg.keep_checkpoints)
+        if d.world > 1:
+            import torch.distributed as dist
+            dist.barrier()
+    bar.close()
+    if metrics_file:
+        metrics_file.close()
+    if last_step < cfg.max_steps:  # stopped early on purpose; the checkpoints allow a resume
+        if d.main:
+            tracker.log_metrics(pending, METRIC_KEYS)
+        return {}
+
+    summary = {}
+    if d.main:
+        rows = [json.loads(x) for x in metrics_path.read_text().splitlines() if x.strip()]
+        tail = [r["loss"] for r in rows[-cfg.final_loss_window:] if math.isfinite(r["loss"])]
+        final_loss = float(np.mean(tail)) if tail else float("nan")
+        val_loss = evaluate(base, val_data, cfg, device, autocast)
+        summary = {
+            "run_name": run_name, "mode": cfg.mode, "interface": tags["interface"], "model": cfg.model,
+            "steps": cfg.max_steps, "tokens": state["tokens"], "first_step_loss": state["first_loss"],
+            "final_train_loss": final_loss, "final_train_ppl": math.exp(final_loss),
+            "last_step_loss": rows[-1]["loss"], "val_loss": val_loss, "val_ppl": math.exp(val_loss),
+            "runtime_s": state["runtime_s"], "peak_memory_mb": peak_memory_mb(device),
+            "delta_ti": delta_ti(base), "skipped_steps": state["skipped"], "final_loss_window": cfg.final_loss_window,
+        }
+        tokenizer = _load_tokenizer(cfg.tokenizer)
+        with atomic_path(run_dir / "final") as tmp:
+            base.save_pretrained(tmp, safe_serialization=True)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(tmp)
+        write_json(run_dir / "summary.json", summary)
+        tracker.log_metrics(pending + [{"step": cfg.max_steps, "val_loss": val_loss, "val_ppl": summary["val_ppl"]}],
+                            METRIC_KEYS)
+        tracker.log_metrics([{"step": cfg.max_steps, **{k: v for k, v in summary.items() if isinstance(v, float)}}],
+                            ("final_train_loss", "final_train_ppl", "runtime_s", "peak_memory_mb"))
+        for name in ("summary.json", "run.json", "metrics.jsonl"):
+            tracker.log_artifact(run_dir / name)
+        tracker.finish()
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    if d.world > 1:
+        import torch.distributed as dist
+        dist.barrier()
+        dist.destroy_process_group()
+    return summary
+
+
+def _load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    if not path:
+        return None
+    if not Path(path).is_dir():
+        raise PitError(f"tokenizer folder {path!r} does not exist")
+    return AutoTokenizer.from_pretrained(path)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    if args.spec_file:
+        spec = json.loads(Path(args.spec_file).read_text())
+    else:
+        spec = json.loads(args.spec)
+    cfg = TrainConfig.from_dict(spec)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    summary = train(cfg, args.out)
+    if summary:
+        print(json.dumps({k: summary[k] for k in ("final_train_loss", "final_train_ppl", "val_loss", "runtime_s")}))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="one pretraining run (resumes from the run folder's latest checkpoint)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--spec", help="the run config as a JSON object (the keys of TrainConfig)")
+    src.add_argument("--spec-file", help="the run config as a JSON file")
+    p.add_argument("--out", required=True, help="run folder")
+    p.set_defaults(func=cmd_train)

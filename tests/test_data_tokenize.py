@@ -1,0 +1,94 @@
+"""`pit data tokenize` and the memory-mapped reader: file format, workers, budget, windows, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pit.data.download import download, iter_text_batches
+from pit.data.reader import TokenFile
+from pit.data.tokenize import tokenize_split
+from pit.data.tokenizers import build_tokenizer
+from pit.errors import PitError
+
+CORPUS = {
+    "name": "stdlib", "source": "local", "glob": "@stdlib/**/*.py", "exclude": ["site-packages/*"],
+    "max_documents": 60, "max_bytes": None, "val_fraction": 0.2, "seed": 0, "shard_documents": 30,
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("inputs")
+    download(CORPUS, folder / "corpus/manifest.json")
+    build_tokenizer("gpt2", {"kind": "gpt2", "source": "package"}, folder / "gpt2")
+    return folder / "corpus/manifest.json", folder / "gpt2"
+
+
+@pytest.fixture(scope="module")
+def train_file(inputs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tokens") / "train.bin"
+    tokenize_split(*inputs[:1], "train", inputs[1], out, workers=1, batch_documents=8)
+    return out
+
+
+def test_sidecar_and_round_trip(inputs, train_file):
+    data = TokenFile(train_file)
+    texts = [t for batch in iter_text_batches(inputs[0], "train", 100) for t in batch]
+    assert data.tokens.dtype == np.uint16 and len(data) == data.meta["tokens"]
+    assert data.meta["documents"] == len(texts) and data.meta["eos_id"] == 50256 and data.meta["vocab_size"] == 50257
+    assert data.tokens[-1] == 50256 and int((data.tokens == 50256).sum()) == len(texts)
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(inputs[1] / "tokenizer.json"))
+    assert [tokenizer.decode(doc.tolist()) for doc in data.documents()] == texts
+
+
+def test_two_workers_write_the_same_file(inputs, train_file, tmp_path):
+    tokenize_split(inputs[0], "train", inputs[1], tmp_path / "train.bin", workers=2, batch_documents=8)
+    assert (tmp_path / "train.bin").read_bytes() == train_file.read_bytes()
+
+
+def test_token_budget_keeps_whole_documents(inputs, train_file, tmp_path):
+    full = TokenFile(train_file)
+    budget = len(full) // 2
+    meta = tokenize_split(inputs[0], "train", inputs[1], tmp_path / "t.bin", batch_documents=8, token_budget=budget)
+    part = TokenFile(tmp_path / "t.bin")
+    assert meta["tokens"] <= budget and part.tokens[-1] == 50256
+    assert np.array_equal(part.tokens, full.tokens[: len(part)])
+    assert meta["tokens"] + len(full.documents()[meta["documents"]]) + 1 > budget  # the next one did not fit
+
+
+def test_windows_and_starts(train_file):
+    data = TokenFile(train_file)
+    starts = data.random_starts(4, 16, np.random.default_rng(7))
+    assert np.array_equal(starts, data.random_starts(4, 16, np.random.default_rng(7)))  # stateless
+    batch = data.windows(starts, 16)
+    assert batch.shape == (4, 17) and batch.dtype == torch.int64
+    assert torch.equal(batch[1], torch.from_numpy(data.tokens[starts[1] : starts[1] + 17].astype(np.int64)))
+    sequential = data.sequential_starts(16)
+    assert sequential[0] == 0 and np.all(np.diff(sequential) == 16) and sequential[-1] + 17 <= len(data)
+    assert len(data.sequential_starts(16, max_windows=3)) == 3
+    big = data.random_starts(10_000, 16, np.random.default_rng(0))
+    assert big.min() >= 0 and big.max() + 17 <= len(data)
+
+
+def test_reader_errors(train_file, tmp_path):
+    with pytest.raises(PitError, match="expected it and its sidecar"):
+        TokenFile(tmp_path / "missing.bin")
+    (tmp_path / "cut.bin").write_bytes(train_file.read_bytes()[:-2])
+    (tmp_path / "cut.json").write_text(train_file.with_suffix(".json").read_text())
+    with pytest.raises(PitError, match="corrupt or truncated"):
+        TokenFile(tmp_path / "cut.bin")
+    data = TokenFile(train_file)
+    with pytest.raises(PitError, match="fewer than one window"):
+        data.random_starts(1, len(data), np.random.default_rng(0))
+    with pytest.raises(PitError, match="window starts must lie"):
+        data.windows([len(data) - 5], 16)
+
+
+def test_context_length_too_long_for_the_split_writes_nothing(inputs, tmp_path):
+    with pytest.raises(PitError, match="fewer than one window"):
+        tokenize_split(inputs[0], "val", inputs[1], tmp_path / "val.bin", context_length=10**9)
+    assert not list(tmp_path.iterdir())

@@ -1,0 +1,142 @@
+"""The data stage end to end through Snakemake: build, idempotence, rerun triggers, profiles, errors.
+
+One default-profile build (about a minute on 2 cores) is shared by the tests of this module; it
+runs in a temporary directory (`--directory`), never in the repository's results/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from transformers import AutoTokenizer
+
+from pit.data.download import iter_text_batches
+from pit.data.reader import TokenFile
+from pit.data.tokenizers import tiktoken_gpt2
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = os.environ | {"HF_HUB_OFFLINE": "1"}  # the data stage of the default profile needs no network
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def job_counts(dry_run_output: str) -> dict[str, int]:
+    """{rule: jobs} from the `Job stats` table of a dry run."""
+    table = dry_run_output.split("Job stats:")[1].split("total")[0]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def write_config(path: Path, edit) -> Path:
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    edit(config)
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("workflow")
+    snakemake(workdir, "--cores", "all")
+    return workdir
+
+
+def corpus_texts(workdir: Path, split: str) -> list[str]:
+    manifest = workdir / "resources/corpus/stdlib/manifest.json"
+    return [text for batch in iter_text_batches(manifest, split, 256) for text in batch]
+
+
+def test_default_build_then_nothing_to_do(built):
+    for tokenizer in ("gpt2", "bpe32k"):
+        for split in ("train", "val"):
+            data = TokenFile(built / f"results/data/{tokenizer}/{split}.bin")
+            assert data.meta["documents"] == len(corpus_texts(built, split))
+        assert (built / f"results/logs/data/tokenizer_{tokenizer}.log").is_file()
+    proc = snakemake(built, "--cores", "all")
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_changed_tokenizer_setting_reruns_exactly_its_jobs(built, tmp_path):
+    config = write_config(tmp_path / "config.yaml", lambda c: c["tokenizers"]["bpe32k"].update(min_frequency=3))
+    proc = snakemake(built, "-n", "--configfile", str(config))
+    assert job_counts(proc.stdout) == {"train_bpe_tokenizer": 1, "tokenize": 2, "all": 1}
+    assert "output: results/data/bpe32k" in proc.stdout and "output: results/data/gpt2" not in proc.stdout
+    # A data-stage setting shared by all tokenize jobs reruns those and nothing upstream.
+    config = write_config(tmp_path / "config2.yaml", lambda c: c.update(context_length=128))
+    assert job_counts(snakemake(built, "-n", "--configfile", str(config)).stdout) == {"tokenize": 4, "all": 1}
+
+
+def test_gpt2_tokens_equal_tiktoken_on_the_corpus(built):
+    texts = corpus_texts(built, "train")
+    assert sum(len(t.encode("utf-8")) for t in texts) > 1_000_000
+    documents = TokenFile(built / "results/data/gpt2/train.bin").documents()
+    reference = tiktoken_gpt2().encode_ordinary_batch(texts)
+    assert len(documents) == len(reference)
+    for index, (ours, theirs) in enumerate(zip(documents, reference)):
+        assert ours.tolist() == theirs, f"document {index} differs"
+
+
+@pytest.mark.parametrize("tokenizer", ["gpt2", "bpe32k"])
+def test_decoding_the_token_files_gives_back_the_documents(built, tokenizer):
+    hf = AutoTokenizer.from_pretrained(built / f"results/tokenizers/{tokenizer}")
+    for split in ("train", "val"):
+        data = TokenFile(built / f"results/data/{tokenizer}/{split}.bin")
+        assert data.meta["eos_id"] == hf.eos_token_id and data.tokens.dtype == np.uint16
+        decoded = hf.batch_decode([doc.tolist() for doc in data.documents()], clean_up_tokenization_spaces=False)
+        assert decoded == corpus_texts(built, split)
+
+
+def test_paper_profile_dry_run_lists_the_data_jobs(tmp_path):
+    proc = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config/paper.yaml"))
+    counts = job_counts(proc.stdout)
+    assert counts == {"download_corpus": 1, "gpt2_tokenizer": 1, "train_bpe_tokenizer": 1, "tokenize": 4, "all": 1}
+    assert "resources/corpus/fineweb-edu-10BT/manifest.json" in proc.stdout
+    assert not (tmp_path / "resources").exists() and not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda c: c["corpus"].update(sed=0), "invalid config at corpus: Additional properties are not allowed ('sed' was unexpected)"),
+        (lambda c: c["tokenize"].update(token_budget=-5), "invalid config at tokenize.token_budget: -5 is less than the minimum of 1"),
+        (lambda c: c["tokenizers"]["bpe32k"].update(vocab_size="big"), "invalid config at tokenizers.bpe32k.vocab_size: 'big' is not of type 'integer'"),
+    ],
+)
+def test_bad_config_stops_with_one_line_naming_it(tmp_path, edit, message):
+    config = write_config(tmp_path / "config.yaml", edit)
+    proc = snakemake(tmp_path, "-n", "--configfile", str(config), check=False)
+    assert proc.returncode != 0
+    assert message in (proc.stdout + proc.stderr).splitlines()
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize(
+    ("corpus", "message"),
+    [
+        ({"glob": "/no/such/folder/**/*.txt"}, "pit data: error: corpus glob '/no/such/folder/**/*.txt'"),
+        (
+            {"source": "hub", "hub_id": "no-such-org/no-such-data", "hub_config": None, "hub_split": "train", "text_field": "text"},
+            "pit data: error: cannot open hub data set 'no-such-org/no-such-data'",
+        ),
+    ],
+)
+def test_unusable_corpus_fails_the_run_with_one_line_and_no_output(tmp_path, corpus, message):
+    config = write_config(tmp_path / "config.yaml", lambda c: c["corpus"].update(corpus))
+    proc = snakemake(tmp_path, "download_corpus", "--cores", "1", "--configfile", str(config), check=False)
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    assert any(line.startswith(message) for line in output.splitlines()), output
+    assert not (tmp_path / "resources").exists()
