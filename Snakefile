@@ -7,6 +7,7 @@
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/pretrain.smk"
 
 
 rule all:

@@ -9,6 +9,8 @@ rest of the run; `pit mlflow sync RUN_DIR` uploads the run folder later.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -35,6 +37,26 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+@contextlib.contextmanager
+def _flock(path: Path):
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def store_lock(uri: str):
+    """Jobs running in parallel share one SQLite store: its creation (schema migration), experiment
+    creation and writes are serialised with a file lock next to the database. Other stores: no lock."""
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):])
+        db.parent.mkdir(parents=True, exist_ok=True)
+        return _flock(db.with_name(db.name + ".lock"))
+    return contextlib.nullcontext()
+
+
 class Tracker:
     """A best-effort MLflow run. Every call is safe: failures disable tracking, never the run."""
 
@@ -44,10 +66,11 @@ class Tracker:
         self.active = enabled
         if not enabled:
             return
+        self._uri = tracking_uri(uri)
         # fail fast instead of retrying for minutes against a server that is down
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
-        self._call(self._start, tracking_uri(uri), experiment, run_name, tags or {}, run_id)
+        self._call(self._start, self._uri, experiment, run_name, tags or {}, run_id)
 
     def _start(self, uri, experiment, run_name, tags, run_id):
         import mlflow
@@ -68,7 +91,8 @@ class Tracker:
         if not self.active:
             return None
         try:
-            return fn(*args)
+            with store_lock(self._uri):
+                return fn(*args)
         except Exception as err:  # noqa: BLE001  -- any tracking failure must not stop training
             log.warning("MLflow tracking disabled for this run (%s: %s); metrics.jsonl keeps everything, "
                         "upload later with `pit mlflow sync`", type(err).__name__, err)

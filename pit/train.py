@@ -249,6 +249,15 @@ def load_checkpoint(ckpt: Path, model, optimizer, scheduler) -> dict:
 
 
 # ---- the run -----------------------------------------------------------------------------------
+def run_fingerprint(cfg: TrainConfig) -> str:
+    """Hash of the settings that define the trajectory (not threads, logging or the stop step)."""
+    import hashlib
+
+    d = {k: v for k, v in dataclasses.asdict(cfg).items()
+         if k not in ("threads", "stop_after_steps", "run_name", "tags", "mlflow", "log_every", "compile")}
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+
 def git_commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
@@ -324,9 +333,15 @@ def train(cfg: TrainConfig, run_dir: str | Path) -> dict:
     tags = {"mode": cfg.mode, "interface": InterfaceConfig.from_dict(cfg.interface).kind, **cfg.tags}
     experiment = cfg.mlflow.get("experiment", "pit")
 
-    state = {"tokens": 0, "runtime_s": 0.0, "loss_ema": None, "first_loss": None, "skipped": 0, "mlflow_run_id": None}
+    state = {"tokens": 0, "runtime_s": 0.0, "loss_ema": None, "first_loss": None, "skipped": 0, "mlflow_run_id": None,
+             "fingerprint": run_fingerprint(cfg)}
     start_step = 0
     ckpt = latest_checkpoint(run_dir)
+    fingerprint = run_fingerprint(cfg)
+    if ckpt is not None and torch.load(ckpt / "trainer_state.pt", weights_only=True).get("fingerprint") != fingerprint:
+        log.warning("checkpoints in %s belong to a run with other settings; starting afresh", run_dir)
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        ckpt = None
     if ckpt is not None:
         saved = load_checkpoint(ckpt, model, optimizer, scheduler)
         start_step = saved["step"]
@@ -495,6 +510,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         spec = json.loads(Path(args.spec_file).read_text())
     else:
         spec = json.loads(args.spec)
+    if args.threads is not None:
+        spec["threads"] = args.threads
     cfg = TrainConfig.from_dict(spec)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     summary = train(cfg, args.out)
@@ -510,4 +527,5 @@ def register(sub) -> None:
     src.add_argument("--spec", help="the run config as a JSON object (the keys of TrainConfig)")
     src.add_argument("--spec-file", help="the run config as a JSON file")
     p.add_argument("--out", required=True, help="run folder")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (overrides the spec)")
     p.set_defaults(func=cmd_train)

@@ -14,3 +14,28 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory):
+    """Real text, small: 60 stdlib files -> GPT-2 and a 2k BPE tokenizer -> train/val token files."""
+    from pit.data.download import download
+    from pit.data.tokenize import tokenize_split
+    from pit.data.tokenizers import build_tokenizer
+
+    root = tmp_path_factory.mktemp("tiny_data")
+    corpus = {"name": "stdlib", "source": "local", "glob": "@stdlib/**/*.py", "exclude": ["site-packages/*"],
+              "max_documents": 60, "max_bytes": None, "val_fraction": 0.2, "seed": 0, "shard_documents": 30}
+    manifest = root / "corpus" / "manifest.json"
+    download(corpus, manifest)
+    build_tokenizer("gpt2", {"kind": "gpt2", "source": "package"}, root / "tok" / "gpt2")
+    build_tokenizer("bpe2k", {"kind": "bpe", "vocab_size": 2000, "min_frequency": 2, "seed": 0, "sample_bytes": None},
+                    root / "tok" / "bpe2k", corpus=str(manifest))
+    paths = {}
+    for tok in ("gpt2", "bpe2k"):
+        paths[tok] = {"tokenizer": str(root / "tok" / tok)}
+        for split in ("train", "val"):
+            out = root / "data" / tok / f"{split}.bin"
+            tokenize_split(manifest, split, root / "tok" / tok, out, workers=1, batch_documents=16)
+            paths[tok][split] = str(out)
+    return paths

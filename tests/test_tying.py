@@ -37,7 +37,7 @@ def train_steps(iface, steps=50, tokens=64, seed=0):
         loss.backward()
         opt.step()
         iface.after_optimizer_step()
-        if step % 10 == 9 or step == 0:
+        if step in (0, steps // 2, steps - 1):
             worst_delta = max(worst_delta, iface.delta_ti())
             if isinstance(iface, PITTying):
                 worst_orth = max(worst_orth, orthonormality_error(iface.Z))
