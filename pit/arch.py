@@ -14,6 +14,7 @@ import torch
 from pit.models.build import scratch_config
 from pit.models.configs import MODELS, TABLE3, ScratchSpec
 from pit.models.scratch import PitForCausalLM
+from pit.paper import paper_values
 from pit.tying import InterfaceConfig
 
 
@@ -31,8 +32,10 @@ def count_parameters(name: str) -> dict:
         "params": total, "params_m": round(total / 1e6, 1), "embed_params": embed,
         "embed_pct": round(100 * embed / total, 1), "pit_extra_params": d * (d + 1) // 2,
     }
-    if spec.paper:
-        row["paper"] = dict(spec.paper)
+    paper = paper_values()["table3"].get(name)
+    if paper:
+        row["paper"] = {"name": paper["name"], "params": paper["params"], "embed_pct": paper["embed_pct"],
+                        "source": "Table 3"}
     return row
 
 

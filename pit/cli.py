@@ -19,6 +19,10 @@ COMMANDS = [
     "pit.data.cli",
     "pit.train",
     "pit.tracking",
+    "pit.evaluation.cli",
+    "pit.diagnostics",
+    "pit.tables",
+    "pit.figures",
 ]
 
 

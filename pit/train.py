@@ -59,6 +59,7 @@ class TrainConfig:
     min_lr: float = 3e-4
     warmup_steps: int = 10
     weight_decay: float = 0.1
+    transform_lr_scale: float = 1.0  # learning-rate multiplier for PIT's L (beyond the paper; 1 = off)
     beta1: float = 0.9
     beta2: float = 0.95
     adam_eps: float = 1e-8
@@ -89,6 +90,7 @@ class TrainConfig:
             (self.micro_batch_size > 0, f"micro_batch_size {self.micro_batch_size}; expected > 0"),
             (self.global_batch_tokens > 0, f"global_batch_tokens {self.global_batch_tokens}; expected > 0"),
             (self.max_steps > 0, f"max_steps {self.max_steps}; expected > 0"),
+            (self.transform_lr_scale > 0, f"transform_lr_scale {self.transform_lr_scale}; expected > 0"),
             (self.lr > 0 and 0 <= self.min_lr <= self.lr, f"lr {self.lr}, min_lr {self.min_lr}; expected 0 <= min_lr <= lr"),
             (0 <= self.warmup_steps < self.max_steps, f"warmup_steps {self.warmup_steps}; expected 0 <= warmup < max_steps"),
             (self.precision in ("auto", "fp32", "bf16"), f"precision {self.precision!r}; expected auto, fp32 or bf16"),
@@ -188,15 +190,25 @@ def delta_ti(model) -> float:
         return torch.linalg.matrix_norm(W @ E - torch.eye(E.shape[1], dtype=torch.float64, device=E.device)).item()
 
 
-def param_groups(model, weight_decay: float):
-    """Decay matrices of the blocks and TT/untied tables; not norms, biases, gates, L or Z."""
-    decay, no_decay = [], []
+def param_groups(model, weight_decay: float, lr: float = 1e-3, transform_lr_scale: float = 1.0):
+    """Decay matrices of the blocks and TT/untied tables; not norms, biases, gates, L or Z.
+    PIT's L gets its own group with lr x transform_lr_scale."""
+    decay, no_decay, transform = [], [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        is_pit = name.startswith("interface.") and name.split(".")[-1] in ("Z", "L_offdiag", "log_diag")
-        (decay if p.ndim >= 2 and not is_pit else no_decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        leaf = name.split(".")[-1]
+        if name.startswith("interface.") and leaf in ("L_offdiag", "log_diag"):
+            transform.append(p)
+        elif p.ndim >= 2 and not (name.startswith("interface.") and leaf == "Z"):
+            decay.append(p)
+        else:
+            no_decay.append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay, "lr": lr},
+              {"params": no_decay, "weight_decay": 0.0, "lr": lr}]
+    if transform:
+        groups.append({"params": transform, "weight_decay": 0.0, "lr": lr * transform_lr_scale})
+    return groups
 
 
 def lr_lambda(cfg: TrainConfig):
@@ -319,7 +331,7 @@ def train(cfg: TrainConfig, run_dir: str | Path) -> dict:
 
     model = build_run_model(cfg, vocab).to(device)
     model.train()
-    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay, cfg.lr, cfg.transform_lr_scale), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                   eps=cfg.adam_eps, fused=device.type == "cuda")
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
 

@@ -50,7 +50,7 @@ def write_config(path: Path, edit) -> Path:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("workflow")
-    snakemake(workdir, "--cores", "all")
+    snakemake(workdir, "--cores", "all", "data")
     return workdir
 
 
@@ -65,18 +65,18 @@ def test_default_build_then_nothing_to_do(built):
             data = TokenFile(built / f"results/data/{tokenizer}/{split}.bin")
             assert data.meta["documents"] == len(corpus_texts(built, split))
         assert (built / f"results/logs/data/tokenizer_{tokenizer}.log").is_file()
-    proc = snakemake(built, "--cores", "all")
+    proc = snakemake(built, "--cores", "all", "data")
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
 def test_changed_tokenizer_setting_reruns_exactly_its_jobs(built, tmp_path):
     config = write_config(tmp_path / "config.yaml", lambda c: c["tokenizers"]["bpe32k"].update(min_frequency=3))
-    proc = snakemake(built, "-n", "--configfile", str(config))
-    assert job_counts(proc.stdout) == {"train_bpe_tokenizer": 1, "tokenize": 2, "all": 1}
+    proc = snakemake(built, "-n", "data", "--configfile", str(config))
+    assert job_counts(proc.stdout) == {"train_bpe_tokenizer": 1, "tokenize": 2, "data": 1}
     assert "output: results/data/bpe32k" in proc.stdout and "output: results/data/gpt2" not in proc.stdout
     # A data-stage setting shared by all tokenize jobs reruns those and nothing upstream.
-    config = write_config(tmp_path / "config2.yaml", lambda c: c.update(context_length=128))
-    assert job_counts(snakemake(built, "-n", "--configfile", str(config)).stdout) == {"tokenize": 4, "all": 1}
+    config = write_config(tmp_path / "config2.yaml", lambda c: c.update(context_length=64))
+    assert job_counts(snakemake(built, "-n", "data", "--configfile", str(config)).stdout) == {"tokenize": 4, "data": 1}
 
 
 def test_gpt2_tokens_equal_tiktoken_on_the_corpus(built):
@@ -100,9 +100,9 @@ def test_decoding_the_token_files_gives_back_the_documents(built, tokenizer):
 
 
 def test_paper_profile_dry_run_lists_the_data_jobs(tmp_path):
-    proc = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config/paper.yaml"))
+    proc = snakemake(tmp_path, "-n", "data", "--configfile", str(ROOT / "config/paper.yaml"))
     counts = job_counts(proc.stdout)
-    assert counts == {"download_corpus": 1, "gpt2_tokenizer": 1, "train_bpe_tokenizer": 1, "tokenize": 4, "all": 1}
+    assert counts == {"download_corpus": 1, "gpt2_tokenizer": 1, "train_bpe_tokenizer": 1, "tokenize": 4, "data": 1}
     assert "resources/corpus/fineweb-edu-10BT/manifest.json" in proc.stdout
     assert not (tmp_path / "resources").exists() and not (tmp_path / "results").exists()
 

@@ -17,11 +17,11 @@ def scratch_config(name: str, interface: InterfaceConfig, *, vocab_size: int | N
     spec = get_spec(name)
     if not isinstance(spec, ScratchSpec):
         raise PitError(f"model {name!r} is a {spec.family} model; expected a scratch-family name")
-    return PitScratchConfig(
+    values = dict(
         vocab_size=vocab_size or spec.vocab_size, hidden_size=spec.d_model, num_hidden_layers=spec.n_layers,
         num_attention_heads=spec.n_heads, num_key_value_heads=spec.n_kv_heads, intermediate_size=spec.d_ff,
-        max_position_embeddings=max_seq_len or spec.max_seq_len, interface=interface.to_dict(), init_seed=seed,
-        **overrides)
+        max_position_embeddings=max_seq_len or spec.max_seq_len, interface=interface.to_dict(), init_seed=seed)
+    return PitScratchConfig(**{**values, **overrides})
 
 
 def build_model(name: str, interface: InterfaceConfig | None = None, *, vocab_size: int | None = None,

@@ -24,7 +24,6 @@ class ScratchSpec:
     d_ff: int
     vocab_size: int = 32000
     max_seq_len: int = 1024
-    paper: dict | None = None  # Table 3 values, for `pit arch`
 
     family = "scratch"
 
@@ -43,16 +42,12 @@ class TeacherSpec:
     family = "teacher"
 
 
-def _paper(name: str, params: float, embed_pct: float) -> dict:
-    return {"name": name, "params": params, "embed_pct": embed_pct, "source": "Table 3"}
-
-
 MODELS: dict[str, ScratchSpec | TeacherSpec] = {
     # ---- scratch family, Table 3 -------------------------------------------------------------
-    "scratch-133m": ScratchSpec(16, 768, 12, 3, 2304, paper=_paper("Small", 133e6, 18.5)),
-    "scratch-303m": ScratchSpec(24, 1024, 16, 4, 2816, paper=_paper("Medium", 303e6, 10.8)),
-    "scratch-613m": ScratchSpec(32, 1280, 20, 5, 3584, paper=_paper("Large", 613e6, 6.7)),
-    "scratch-1.17b": ScratchSpec(40, 1600, 24, 6, 4480, paper=_paper("XL", 1.17e9, 4.4)),
+    "scratch-133m": ScratchSpec(16, 768, 12, 3, 2304),
+    "scratch-303m": ScratchSpec(24, 1024, 16, 4, 2816),
+    "scratch-613m": ScratchSpec(32, 1280, 20, 5, 3584),
+    "scratch-1.17b": ScratchSpec(40, 1600, 24, 6, 4480),
     # ---- tiny scratch stand-ins (same block, CPU-sized) --------------------------------------
     "scratch-tiny": ScratchSpec(2, 64, 4, 1, 192, max_seq_len=256),
     "scratch-tiny-m": ScratchSpec(3, 128, 4, 1, 384, max_seq_len=256),

@@ -77,3 +77,9 @@ rule tokenize:
 
 
 ALL_TARGETS += [token_file(t, s) for t in TOKENIZERS for s in SPLITS]
+
+
+rule data:
+    """Target: the data stage only (`snakemake --cores all data`)."""
+    input:
+        [token_file(t, s) for t in TOKENIZERS for s in SPLITS],

@@ -130,3 +130,9 @@ rule pretrain:
 
 
 ALL_TARGETS += [run_dir(m, s, i) + "/summary.json" for m, s, i in pretrain_runs()]
+
+
+rule pretrain_all:
+    """Target: every pretraining run of the profile (`snakemake --cores all pretrain_all`)."""
+    input:
+        [run_dir(m, s, i) + "/summary.json" for m, s, i in pretrain_runs()],

@@ -1,0 +1,76 @@
+"""Batched completion of prompts with the `transformers` generate API (KV cache, left padding).
+
+Greedy by default; `temperature > 0` samples (with optional top-k / top-p). Prompts are batched with
+LEFT padding so every row's continuation starts at the same position; the pad token is EOS when the
+tokenizer has none. A row stops at EOS or once its new text contains a stop sequence; the completion is
+the new text cut at the first stop sequence. Prompts longer than the model's context lose their
+beginning (left truncation), keeping room for `max_new_tokens`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def truncate(text: str, stops: list[str]) -> str:
+    """`text` up to (not including) the earliest stop sequence."""
+    cut = min((i for s in stops if (i := text.find(s)) >= 0), default=len(text))
+    return text[:cut]
+
+
+def load(checkpoint: str | Path, tokenizer: str | Path | None = None, device: str = "cpu"):
+    """A project checkpoint (pit.checkpoint.load_model) and its tokenizer (from the checkpoint folder)."""
+    from transformers import AutoTokenizer
+
+    from pit.checkpoint import load_model
+    from pit.errors import PitError
+
+    folder = Path(tokenizer or checkpoint)
+    try:
+        tok = AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError) as err:
+        raise PitError(f"no tokenizer in {str(folder)!r} (pass --tokenizer FOLDER): {err}") from None
+    return load_model(checkpoint, device=device), tok
+
+
+def generate(model, tokenizer, prompts: list[str], *, stops: list[str] = (), max_new_tokens: int = 256,
+             batch_size: int = 8, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+             progress: bool = True) -> list[str]:
+    """One completion per prompt, in prompt order."""
+    import torch
+    from tqdm import tqdm
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    tokenizer.padding_side = tokenizer.truncation_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    context = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+    max_prompt = max(1, context - max_new_tokens) if context else None
+    device = next(model.parameters()).device
+
+    class StopOnText(StoppingCriteria):
+        """Per row: done once the decoded new tokens contain a stop sequence."""
+
+        def __init__(self, start: int):
+            self.start = start
+
+        def __call__(self, input_ids, scores, **kwargs):
+            texts = tokenizer.batch_decode(input_ids[:, self.start:], skip_special_tokens=True)
+            return torch.tensor([any(s in t for s in stops) for t in texts], device=input_ids.device)
+
+    sampling = dict(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p) if temperature > 0 else \
+        dict(do_sample=False, temperature=None, top_k=None, top_p=None)
+    completions = []
+    for b in tqdm(range(0, len(prompts), batch_size), desc="generate", disable=not progress):
+        batch = tokenizer(prompts[b:b + batch_size], return_tensors="pt", padding=True, truncation=max_prompt is not None,
+                          max_length=max_prompt)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        start = batch["input_ids"].shape[1]
+        with torch.no_grad():
+            out = model.generate(**batch, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                                 eos_token_id=tokenizer.eos_token_id, use_cache=True,
+                                 stopping_criteria=StoppingCriteriaList([StopOnText(start)] if stops else []),
+                                 **sampling)
+        texts = tokenizer.batch_decode(out[:, start:], skip_special_tokens=True)
+        completions += [truncate(t, list(stops)) for t in texts]
+    return completions

@@ -1,0 +1,155 @@
+"""`pit table`: the paper's tables from run folders, ours beside the paper's (Markdown, CSV, LaTeX).
+
+Every table names the profile that produced it; the paper's numbers come from
+pit/resources/paper_values.yaml (cited to table and row). Runs are found by their folder layout
+`<root>/<mode>/<slot>/<interface>/` (results/pretrain, results/diagnostics, results/posttrain).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from pit.errors import PitError
+from pit.io import write_text
+from pit.paper import paper_values
+
+MODE_ORDER = {"teacher": 0, "scratch": 1}
+METHOD_ORDER = {"tt": 0, "pit": 1, "untied": 2}
+METHOD_NAME = {"tt": "TT", "pit": "PIT", "untied": "Untied"}
+
+
+def runtime_text(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return ""
+    h, rem = divmod(int(round(seconds)), 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h {m:02d}m" if h else f"{m}m {s:02d}s"
+
+
+def find_runs(root: str | Path, filename: str) -> list[tuple[str, str, str, dict]]:
+    """(mode, slot, interface, json) for every <root>/<mode>/<slot>/<interface>/<filename>, in table order."""
+    root = Path(root)
+    found = []
+    for path in root.glob(f"*/*/*/{filename}"):
+        mode, slot, kind = path.relative_to(root).parts[:3]
+        found.append((mode, slot, kind, json.loads(path.read_text())))
+    if not found:
+        raise PitError(f"no {filename} under {str(root)!r}: run the stage that makes them first "
+                       f"(expected {root}/<mode>/<slot>/<interface>/{filename})")
+    return sorted(found, key=lambda r: (MODE_ORDER.get(r[0], 9), r[1], METHOD_ORDER.get(r[2], 9)))
+
+
+def _paper(table: str, mode: str, slot: str, kind: str) -> dict:
+    return paper_values()[table].get(mode, {}).get(slot, {}).get(kind, {})
+
+
+def table1(runs_root: str | Path) -> pd.DataFrame:
+    """Table 1: final training loss, training PPL and runtime per slot and method."""
+    rows = []
+    for mode, slot, kind, s in find_runs(runs_root, "summary.json"):
+        p = _paper("table1", mode, slot, kind)
+        rows.append({"mode": mode, "slot": slot, "method": METHOD_NAME.get(kind, kind),
+                     "train_loss": s["final_train_loss"], "train_ppl": s["final_train_ppl"],
+                     "runtime": runtime_text(s["runtime_s"]), "val_loss": s["val_loss"],
+                     "paper_train_loss": p.get("loss"), "paper_train_ppl": p.get("ppl"),
+                     "paper_runtime": p.get("runtime")})
+    return pd.DataFrame(rows)
+
+
+def table2(diag_root: str | Path) -> pd.DataFrame:
+    """Table 2: token-interface consistency, both anchor variants (raw Eqs. 1-2, polar Section 5.5)."""
+    rows = []
+    for mode, slot, kind, d in find_runs(diag_root, "diagnostics.json"):
+        p = _paper("table2", mode, slot, kind)
+        row = {"mode": mode, "slot": slot, "method": METHOD_NAME.get(kind, kind), "delta_ti": d["delta_ti"]}
+        for variant in ("raw", "polar"):
+            for key, short in (("cosine_distance", "cosine"), ("procrustes_error", "procrustes"),
+                               ("principal_angle", "angle")):
+                row[f"{variant}_{short}"] = d[variant][key]
+        row.update(paper_cosine=p.get("cosine"), paper_procrustes=p.get("procrustes"), paper_angle=p.get("angle"))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def table3() -> pd.DataFrame:
+    """Table 3: architectures and parameter counts (`pit arch`)."""
+    from pit.arch import architecture_table
+
+    rows = []
+    for r in architecture_table():
+        p = r.get("paper", {})
+        rows.append({"model": r["model"], "paper_name": p.get("name"), "layers": r["layers"], "d_model": r["d_model"],
+                     "n_heads": r["n_heads"], "n_kv_heads": r["n_kv_heads"], "d_ff": r["d_ff"],
+                     "params_m": r["params"] / 1e6, "paper_params_m": p["params"] / 1e6 if p else None,
+                     "embed_pct": r["embed_pct"], "paper_embed_pct": p.get("embed_pct"),
+                     "pit_extra_params": r["pit_extra_params"]})
+    return pd.DataFrame(rows)
+
+
+def table4(post_root: str | Path) -> pd.DataFrame:
+    """Table 4 (post-training): LoRA scores in-domain / out-of-domain and measured side effects."""
+    rows = []
+    for mode, slot, kind, r in find_runs(post_root, "scores.json"):
+        p = _paper("table4", mode, slot, kind)
+        row = {"mode": mode, "slot": slot, "method": METHOD_NAME.get(kind, kind)}
+        for task in ("mbpp", "humaneval", "gsm8k", "svamp"):
+            row[task] = r["scores"].get(task)
+            row[f"paper_{task}"] = p.get(task)
+        row.update({k: v for k, v in r.get("side_effects", {}).items()})
+        row["standin_data"] = ", ".join(r.get("standin", [])) or "none"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+BUILDERS = {"table1": table1, "table2": table2, "table3": table3, "table4": table4}
+TITLES = {
+    "table1": "Table 1. Effects of weight tying on LM training (final training loss, training PPL, runtime)",
+    "table2": "Table 2. Token-interface consistency (0 = perfect agreement); raw = anchors of Eqs. 1-2, "
+              "polar = polar factors (Section 5.5)",
+    "table3": "Table 3. Scratch-model architectures (V = 32,000, tied embeddings)",
+    "table4": "Table 4. LoRA post-training: pass@1 (MBPP, HumanEval) and exact match (GSM8K, SVAMP), in %",
+}
+
+
+def write_table(df: pd.DataFrame, out_stem: str | Path, name: str, profile: str, notes: list[str] = ()) -> None:
+    """Write <stem>.md, <stem>.csv and <stem>.tex (atomically), each naming the profile."""
+    out_stem = Path(out_stem)
+    fmt = {c: (lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}")
+           for c in df.columns if df[c].dtype.kind == "f"}
+    shown = df.copy()
+    for c, f in fmt.items():
+        shown[c] = shown[c].map(f)
+    head = f"**{TITLES[name]}.** Profile: `{profile}`. Columns `paper_*` are the paper's values."
+    md = "\n\n".join([head, shown.to_markdown(index=False), *notes]) + "\n"
+    write_text(out_stem.with_suffix(".md"), md)
+    write_text(out_stem.with_suffix(".csv"), f"# {TITLES[name]}. Profile: {profile}\n" + df.to_csv(index=False))
+    latex = shown.to_latex(index=False, caption=f"{TITLES[name]}. Profile: {profile}.", label=f"tab:{name}",
+                           escape=True)
+    write_text(out_stem.with_suffix(".tex"), latex)
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    builder = BUILDERS[args.name]
+    if args.name != "table3" and not args.runs:
+        raise PitError(f"{args.name} reads run folders: pass --runs <root of <mode>/<slot>/<interface>/>")
+    df = builder() if args.name == "table3" else builder(args.runs)
+    notes = list(args.note or [])
+    write_table(df, Path(args.out), args.name, args.profile, notes)
+    print(f"{args.name}: {len(df)} rows -> {args.out}.{{md,csv,tex}}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("table", help="build one of the paper's tables (Markdown, CSV, LaTeX)", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", choices=sorted(BUILDERS))
+    p.add_argument("--runs", help="root of the run folders the table reads (not needed for table3)")
+    p.add_argument("--profile", required=True, help="name of the config profile that produced the runs")
+    p.add_argument("--out", required=True, help="output path without suffix (e.g. results/tables/table1)")
+    p.add_argument("--note", action="append", help="a line printed under the Markdown table (repeatable)")
+    p.set_defaults(func=cmd_table)

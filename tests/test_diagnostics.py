@@ -1,0 +1,213 @@
+"""Interface diagnostics: every metric against an independent NumPy / SciPy computation."""
+
+import json
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.stats
+import torch
+
+from pit.checkpoint import save_pretrained_atomic
+from pit.cli import main
+from pit.data.reader import TokenFile
+from pit.diagnostics import anchor_agreement, bigram_fit, diagnose, interface_metrics, layerwise_consistency, summary
+from pit.errors import PitError
+from pit.models import build_model
+from pit.tying import InterfaceConfig, PITTying
+
+V, D = 300, 16
+
+
+def np_metrics(B_in: np.ndarray, B_out: np.ndarray) -> dict:
+    """The three anchor metrics, written out independently."""
+    cos = (B_in * B_out).sum(1) / (np.linalg.norm(B_in, axis=1) * np.linalg.norm(B_out, axis=1))
+    R, _ = scipy.linalg.orthogonal_procrustes(B_in, B_out)
+    return {"cosine_distance": np.mean(1 - cos),
+            "procrustes_error": np.linalg.norm(B_in @ R - B_out) / np.linalg.norm(B_out),
+            "principal_angle": scipy.linalg.subspace_angles(B_in, B_out).max()}
+
+
+def np_polar(A: np.ndarray) -> np.ndarray:
+    U, _, Vh = np.linalg.svd(A, full_matrices=False)
+    return U @ Vh
+
+
+def pit_exact(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """A float64 PIT interface with a random SPD transform: E = Z T^{-1}, W_out = T Z^T."""
+    g = torch.Generator().manual_seed(seed)
+    L = torch.tril(torch.randn(D, D, generator=g) * 0.3, -1) + torch.diag(torch.rand(D, generator=g) + 0.5)
+    iface = PITTying.from_scratch(V, D, seed=seed)
+    iface.set_(iface.Z.detach(), L)
+    iface = iface.double()
+    iface.retract_()  # Z orthonormal to float64 precision (the stored one is FP32-rounded)
+    return iface.input_embedding().detach(), iface.output_projection().detach()
+
+
+def anisotropic(seed: int = 2) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(V, D, generator=g, dtype=torch.float64) * torch.logspace(-2, 1, D, dtype=torch.float64)
+
+
+def test_pit_exact_interface_scores_zero():
+    E, W = pit_exact()
+    np.testing.assert_allclose(np.linalg.pinv(W.numpy()), E.numpy(), atol=1e-12)  # pinv(T Z^T) = Z T^{-1}
+    m = interface_metrics(E, W)
+    assert m["delta_ti"] < 1e-12
+    for variant in ("raw", "polar"):
+        assert abs(m[variant]["cosine_distance"]) < 1e-12
+        assert m[variant]["procrustes_error"] < 1e-12
+        assert m[variant]["principal_angle"] < 1e-7
+    assert m["asymmetry"] < 1e-12
+
+
+def test_metrics_match_numpy_on_an_untied_pair():
+    g = torch.Generator().manual_seed(3)
+    E = torch.randn(V, D, generator=g, dtype=torch.float64)
+    W = E.T + 0.3 * torch.randn(D, V, generator=g, dtype=torch.float64)  # related but untied
+    m = interface_metrics(E, W)
+    En, Wn = E.numpy(), W.numpy()
+    assert m["delta_ti"] == pytest.approx(np.linalg.norm(Wn @ En - np.eye(D)), rel=1e-10)
+    for variant, (B_in, B_out) in {"raw": (En, np.linalg.pinv(Wn)), "polar": (np_polar(En), np_polar(Wn.T))}.items():
+        for key, expected in np_metrics(B_in, B_out).items():
+            assert m[variant][key] == pytest.approx(expected, rel=1e-8), (variant, key)
+    A = En @ Wn
+    assert m["asymmetry"] == pytest.approx(np.linalg.norm(A - A.T) / np.linalg.norm(A), rel=1e-10)
+    assert 0.01 < m["raw"]["principal_angle"] < np.pi / 2
+
+
+def test_transpose_tying_polar_is_zero_raw_is_not():
+    W = anisotropic()
+    m = interface_metrics(W, W.T)
+    assert abs(m["polar"]["cosine_distance"]) < 1e-12 and m["polar"]["procrustes_error"] < 1e-12
+    expected = np_metrics(W.numpy(), np.linalg.pinv(W.numpy().T))  # pinv(W^T) = W (W^T W)^-1
+    assert m["raw"]["cosine_distance"] == pytest.approx(expected["cosine_distance"], rel=1e-8)
+    assert m["raw"]["cosine_distance"] > 0.5
+    assert m["raw"]["principal_angle"] < 1e-7  # pinv(W^T) spans the columns of W: only the angle misses it
+    assert m["asymmetry"] < 1e-12  # A = W W^T
+
+
+def test_rotation_has_zero_procrustes_error_but_nonzero_cosine_distance():
+    B = anisotropic()
+    R = torch.from_numpy(scipy.stats.ortho_group.rvs(D, random_state=0))
+    m = anchor_agreement(B, B @ R)
+    assert m["procrustes_error"] < 1e-12 and m["principal_angle"] < 1e-7
+    assert m["cosine_distance"] == pytest.approx(np_metrics(B.numpy(), (B @ R).numpy())["cosine_distance"], rel=1e-10)
+    assert m["cosine_distance"] > 0.1
+    # the same through an interface: W_out = pinv(E R), so B_out = pinv(W_out) = E R
+    raw = interface_metrics(B, torch.from_numpy(np.linalg.pinv((B @ R).numpy())))["raw"]
+    assert raw["procrustes_error"] < 1e-10 and raw["cosine_distance"] > 0.1
+
+
+def test_zero_rows_in_cosine_distance():
+    B = torch.eye(4, 2, dtype=torch.float64)  # rows 2, 3 are zero
+    other = B.clone()
+    other[2] = torch.tensor([1.0, 0.0])  # zero vs non-zero: cos = 0
+    assert anchor_agreement(B, B)["cosine_distance"] == 0.0  # zero vs zero: cos = 1
+    assert anchor_agreement(B, other)["cosine_distance"] == pytest.approx(0.25)
+
+
+def test_bigram_fit_matches_explicit_direct_path():
+    g = torch.Generator().manual_seed(4)
+    n = 12
+    E, W = torch.randn(n, 3, generator=g, dtype=torch.float64), torch.randn(3, n, generator=g, dtype=torch.float64)
+    tokens = np.random.default_rng(0).integers(0, n, size=400)
+    A = (E @ W).numpy()
+    counts = np.zeros((n, n))
+    np.add.at(counts, (tokens[:-1], tokens[1:]), 1)
+    a, b = np.nonzero(counts)
+    log_p = np.log(counts[a, b] / counts.sum(1)[a])
+    fit = bigram_fit(E, W, tokens)
+    assert fit["bigrams"] == len(a) and fit["tokens"] == 400
+    assert fit["pearson"] == pytest.approx(np.corrcoef(log_p, A[a, b])[0, 1], rel=1e-10)
+    with pytest.raises(PitError, match=r"ids in \[0, 11\]"):
+        bigram_fit(E, W, np.array([0, 12]))
+
+
+def test_mismatched_shapes_are_named():
+    with pytest.raises(PitError, match=r"\(300, 16\).*\(16, 299\)"):
+        interface_metrics(torch.zeros(V, D), torch.zeros(D, V - 1))
+
+
+# ---- models, token files, the command line -----------------------------------------------------
+def write_token_file(path, vocab_size=V, n=3000, seed=0):
+    """A synthetic val split with bigram structure: t[i+1] = t[i] + 1 or a random token."""
+    rng = np.random.default_rng(seed)
+    tokens = np.empty(n, dtype=np.uint16)
+    tokens[0] = 0
+    for i in range(1, n):
+        tokens[i] = (tokens[i - 1] + 1) % vocab_size if rng.random() < 0.7 else rng.integers(vocab_size)
+    tokens.tofile(path)
+    meta = {"corpus": "synthetic", "documents": 1, "dtype": "uint16", "eos_id": 0, "split": "val",
+            "tokenizer": "synthetic", "tokenizer_sha256": "0" * 64, "tokens": n, "vocab_size": vocab_size}
+    path.with_suffix(".json").write_text(json.dumps(meta))
+    return path
+
+
+@pytest.fixture(scope="module")
+def val_file(tmp_path_factory):
+    return write_token_file(tmp_path_factory.mktemp("val") / "val.bin")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    model = build_model("scratch-tiny", InterfaceConfig(kind="pit"), vocab_size=V)
+    path = tmp_path_factory.mktemp("ck") / "pit"
+    save_pretrained_atomic(model, path)
+    return path
+
+
+def check_layerwise(layers, n_layers):
+    assert [r["layer"] for r in layers] == list(range(n_layers + 1))
+    for r in layers:
+        assert all(0 <= r[k] <= 1 for k in ("in_out_agreement", "in_final_agreement", "out_final_agreement"))
+    assert layers[-1]["out_final_agreement"] == 1.0  # the logit lens of the last layer is the model
+
+
+def test_layerwise_scratch_pit(val_file):
+    model = build_model("scratch-tiny", InterfaceConfig(kind="pit"), vocab_size=V).eval()
+    with torch.no_grad():
+        model.norm.weight.uniform_(0.5, 2.0)  # a final norm that is not the identity
+    layers = layerwise_consistency(model, TokenFile(val_file), positions=24, seed=0, seq_len=32)
+    check_layerwise(layers, model.config.num_hidden_layers)
+    assert layers == layerwise_consistency(model, TokenFile(val_file), positions=24, seed=0, seq_len=32)
+
+
+def test_layerwise_gpt2_applies_ln_f_once(val_file):
+    model = build_model("gpt2-tiny", vocab_size=V).eval()
+    with torch.no_grad():  # ln_f not idempotent: normalising HF's last state twice would show up
+        model.transformer.ln_f.weight.uniform_(0.5, 2.0)
+        model.transformer.ln_f.bias.normal_(0, 0.5)
+    check_layerwise(layerwise_consistency(model, TokenFile(val_file), positions=24, seed=1, seq_len=32), model.config.n_layer)
+
+
+def test_val_file_of_another_vocabulary(tmp_path, checkpoint):
+    other = write_token_file(tmp_path / "other.bin", vocab_size=500)
+    with pytest.raises(PitError, match="vocabulary size 500.*vocabulary size 300"):
+        diagnose(checkpoint, other, positions=4)
+
+
+def test_diagnose_pit_checkpoint(checkpoint, val_file):
+    d = diagnose(checkpoint, val_file, positions=8, seq_len=16)
+    assert (d["interface"], d["vocab_size"], d["dim"]) == ("pit", V, 64)
+    assert d["delta_ti"] < 1e-5 and d["raw"]["principal_angle"] < 1e-6 and d["polar"]["procrustes_error"] < 1e-6
+    assert d["direct_path"]["bigram"]["tokens"] == 3000 and len(d["layerwise"]) == 3
+    assert d["val"]["positions"] == 8 and d["val"]["seq_len"] == 16
+    assert "Delta_TI" in summary(d) and len(summary(d).splitlines()) == 6 + 2 + 3
+
+
+def test_cli_json_and_out(checkpoint, val_file, tmp_path, capsys):
+    out = tmp_path / "diag.json"
+    assert main(["diagnose", str(checkpoint), "--json", "--val-data", str(val_file), "--positions", "4",
+                 "--seq-len", "16", "--out", str(out)]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert set(d) == {"checkpoint", "model", "interface", "vocab_size", "dim", "delta_ti", "raw", "polar",
+                      "direct_path", "val", "layerwise"}
+    assert set(d["raw"]) == set(d["polar"]) == {"cosine_distance", "procrustes_error", "principal_angle"}
+    assert json.loads(out.read_text()) == d
+
+
+def test_cli_bad_checkpoint_is_one_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["diagnose", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a checkpoint" in err

