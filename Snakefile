@@ -5,9 +5,14 @@
 """
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/pretrain.smk"
+include: "workflow/rules/diagnostics.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:

@@ -2,7 +2,8 @@
 
 Each subcommand lives in the module that implements it; the module exposes
 `register(subparsers)` which adds its parser and sets `func` (a callable taking the parsed
-arguments and returning an exit code). Add a subcommand by adding its module to COMMANDS.
+arguments and returning an exit code). Only the chosen subcommand's module is imported, so a
+command pays only for the libraries it uses. Add a subcommand with one COMMANDS entry.
 """
 
 from __future__ import annotations
@@ -13,31 +14,36 @@ import sys
 
 from pit.errors import PitError
 
-COMMANDS = [
-    "pit.arch",
-    "pit.checkpoint",
-    "pit.data.cli",
-    "pit.train",
-    "pit.tracking",
-    "pit.evaluation.cli",
-    "pit.diagnostics",
-    "pit.tables",
-    "pit.figures",
-]
+# command -> (module that registers it, one-line help shown by `pit --help`)
+COMMANDS = {
+    "data": ("pit.data.cli", "download a corpus, build tokenizers, tokenize"),
+    "train": ("pit.train", "one pretraining run (resumes from the run folder's latest checkpoint)"),
+    "mlflow": ("pit.tracking", "MLflow utilities (sync run folders to a store)"),
+    "diagnose": ("pit.diagnostics", "token-interface diagnostics of a checkpoint"),
+    "evaluate": ("pit.evaluation.cli", "generate and score HumanEval, MBPP, GSM8K, SVAMP"),
+    "table": ("pit.tables", "build one of the paper's tables (Markdown, CSV, LaTeX)"),
+    "figure": ("pit.figures", "draw one of the paper's figures (PNG)"),
+    "report": ("pit.report", "write results/REPORT.md from the tables and figures"),
+    "arch": ("pit.arch", "Table 3: architectures and parameter counts"),
+    "export": ("pit.checkpoint", "write a plain untied transformers model with the same logits"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="pit", description="Pseudo-Inverse Tying: library and reproduction pipeline."
-    )
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pit", description="Pseudo-Inverse Tying: library and reproduction pipeline.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
-        importlib.import_module(name).register(sub)
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, help_text) in COMMANDS.items():
+        if name == chosen:
+            importlib.import_module(module).register(sub)
+        else:
+            sub.add_parser(name, help=help_text)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except (PitError, FileNotFoundError) as err:

@@ -4,6 +4,9 @@
   one panel per slot, one line per interface (PIT, TT, untied).
 - `drift`: interface drift over training, Delta_TI and (when logged) the Table 2 raw metrics vs
   step for every run.
+- `transition`: a Figure 2-style transition trace: for a few prompts, the last token's state at
+  every layer decoded through the input anchors B_in (nearest row of E by cosine) and through the
+  output anchors (the logit lens, argmax of f W_out), for several checkpoints side by side.
 """
 
 from __future__ import annotations
@@ -89,9 +92,64 @@ def drift(root: Path, out: Path, profile: str) -> None:
     save(fig, out)
 
 
+def transition(checkpoints: list[str], labels: list[str], prompts: list[str], out: Path, profile: str) -> None:
+    """Figure 2-style trace: per prompt a grid of layers x (model, B_in | B_out) decoded tokens;
+    a cell is green where the two decodings of that model agree at that layer."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from pit.checkpoint import load_model
+    from pit.diagnostics import residual_states
+    from pit.train import interface_matrices
+
+    torch.set_grad_enabled(False)
+    traces = []  # per checkpoint: per prompt: list over layers of (token via B_in, token via B_out)
+    for ckpt in checkpoints:
+        model, tok = load_model(ckpt), AutoTokenizer.from_pretrained(ckpt)
+        E, W_out = (m.detach().float() for m in interface_matrices(model))
+        E_unit = E / E.norm(dim=1, keepdim=True).clamp(min=1e-12)
+        per_prompt = []
+        for prompt in prompts:
+            ids = torch.tensor([tok(prompt)["input_ids"]])
+            states, _ = residual_states(model, ids)
+            per_prompt.append([(tok.decode([(f @ E_unit.T).argmax().item()]), tok.decode([(f @ W_out).argmax().item()]))
+                               for f in (s[0].float() for s in states)])
+        traces.append(per_prompt)
+    n_layers = len(traces[0][0])
+    fig, axes = plt.subplots(1, len(prompts), figsize=(2.3 * 2 * len(checkpoints) * len(prompts) / 1.6,
+                                                      0.42 * n_layers + 1.6), squeeze=False)
+    for p, (ax, prompt) in enumerate(zip(axes[0], prompts)):
+        cols = [f"{lab}\nB_in" if j == 0 else f"{lab}\nB_out" for lab in labels for j in (0, 1)]
+        agree = [[traces[c][p][layer][0] == traces[c][p][layer][1] for c in range(len(checkpoints)) for _ in (0, 1)]
+                 for layer in range(n_layers)]
+        ax.imshow(agree, cmap="RdYlGn", vmin=-0.5, vmax=1.5, aspect="auto")
+        for layer in range(n_layers):
+            for c in range(len(checkpoints)):
+                for j in (0, 1):
+                    ax.text(2 * c + j, layer, repr(traces[c][p][layer][j])[1:-1][:10], ha="center", va="center",
+                            fontsize=7)
+        ax.set_xticks(range(len(cols)), cols, fontsize=7)
+        ax.set_yticks(range(n_layers), ["emb"] + [f"L{i}" for i in range(1, n_layers)], fontsize=7)
+        ax.set_ylabel("layer")
+        ax.set_title(repr(prompt)[:40], fontsize=8)
+    cmap = plt.get_cmap("RdYlGn")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(v)) for v in (0.75, 0.25)]  # values 1 and 0 on [-0.5, 1.5]
+    fig.legend(handles, ["B_in and B_out decode the same token", "they differ"], loc="upper center", ncol=2,
+               fontsize=8, bbox_to_anchor=(0.5, 0.0))
+    fig.suptitle(f"Transition trace of the last token (profile: {profile})", fontsize=10)
+    save(fig, out)
+
+
 def cmd_figure(args: argparse.Namespace) -> int:
-    root, out = Path(args.runs), Path(args.out)
-    if args.name == "loss-curves":
+    out = Path(args.out)
+    root = Path(args.runs) if args.runs else None
+    if args.name != "transition" and root is None:
+        raise PitError(f"{args.name} reads run folders: pass --runs results/pretrain")
+    if args.name == "transition":
+        if not args.checkpoint or len(args.checkpoint) != len(args.label or []) or not args.prompt:
+            raise PitError("transition needs --checkpoint DIR --label NAME (one label per checkpoint) and --prompt")
+        transition(args.checkpoint, args.label, args.prompt, out, args.profile)
+    elif args.name == "loss-curves":
         if args.mode is None:
             raise PitError("loss-curves needs --mode teacher or --mode scratch")
         loss_curves(root, args.mode, out, args.profile)
@@ -104,8 +162,11 @@ def cmd_figure(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser("figure", help="draw one of the paper's figures (PNG)", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("name", choices=["loss-curves", "drift"])
-    p.add_argument("--runs", required=True, help="root of the pretraining run folders (results/pretrain)")
+    p.add_argument("name", choices=["loss-curves", "drift", "transition"])
+    p.add_argument("--runs", help="root of the pretraining run folders (results/pretrain)")
+    p.add_argument("--checkpoint", action="append", help="transition: a checkpoint folder (repeatable)")
+    p.add_argument("--label", action="append", help="transition: a label per checkpoint")
+    p.add_argument("--prompt", action="append", help="transition: a prompt (repeatable)")
     p.add_argument("--mode", choices=["teacher", "scratch"])
     p.add_argument("--profile", required=True)
     p.add_argument("--out", required=True, help="PNG file to write")

@@ -132,7 +132,8 @@ class Tracker:
         self._call(lambda: self._client.set_terminated(self.run_id, status=status))
 
 
-METRIC_KEYS = ("loss", "lr", "grad_norm", "tokens_per_s", "tokens", "delta_ti", "val_loss", "val_ppl")
+METRIC_KEYS = ("loss", "lr", "grad_norm", "tokens_per_s", "tokens", "delta_ti", "val_loss", "val_ppl",
+               "raw_cosine", "raw_procrustes", "raw_angle", "polar_cosine", "polar_procrustes", "polar_angle")
 
 
 def sync_run(run_dir: str | Path, uri: str | None = None) -> str:

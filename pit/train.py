@@ -71,6 +71,7 @@ class TrainConfig:
     threads: int | None = None  # CPU threads (None: torch's default)
     log_every: int = 1
     interface_every: int = 1  # steps between Delta_TI measurements
+    consistency_every: int = 0  # steps between the Table 2 metrics (raw/polar anchors); 0 = only at the end
     eval_batches: int = 8  # validation windows per evaluation = eval_batches * micro_batch_size
     checkpoint_every: int = 0  # 0: only the final checkpoint
     keep_checkpoints: int = 2
@@ -188,6 +189,17 @@ def delta_ti(model) -> float:
     with torch.no_grad():
         E, W = (m.detach().double() for m in interface_matrices(model))
         return torch.linalg.matrix_norm(W @ E - torch.eye(E.shape[1], dtype=torch.float64, device=E.device)).item()
+
+
+def consistency_metrics(model) -> dict:
+    """The Table 2 metrics of the interface as trained (FP32 E and W_out, metrics in float64)."""
+    from pit.diagnostics import interface_metrics
+
+    with torch.no_grad():
+        m = interface_metrics(*interface_matrices(model))
+    return {f"{variant}_{short}": m[variant][key] for variant in ("raw", "polar")
+            for key, short in (("cosine_distance", "cosine"), ("procrustes_error", "procrustes"),
+                               ("principal_angle", "angle"))}
 
 
 def param_groups(model, weight_decay: float, lr: float = 1e-3, transform_lr_scale: float = 1.0):
@@ -452,6 +464,8 @@ def train(cfg: TrainConfig, run_dir: str | Path) -> dict:
                 row["event"] = event
             if (step + 1) % cfg.interface_every == 0 or step + 1 == cfg.max_steps:
                 row["delta_ti"] = delta_ti(base)
+            if (cfg.consistency_every and (step + 1) % cfg.consistency_every == 0) or step + 1 == cfg.max_steps:
+                row.update(consistency_metrics(base))
             metrics_file.write(json.dumps(row) + "\n")
             metrics_file.flush()
             pending.append(row)

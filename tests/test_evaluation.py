@@ -153,6 +153,14 @@ def test_missing_fields_are_a_clear_error(tmp_path):
         check_fields([{"task_id": 1, "text": "x"}], ("task_id", "text", "code", "test_list"), "my-mbpp")
     with pytest.raises(PitError, match="unknown task 'hellaswag'"):
         load_task("hellaswag")
+    with pytest.raises(PitError, match="neither 'hub', 'offline' nor a JSON/JSONL file"):
+        load_task("svamp", str(tmp_path / "absent.json"))
+
+
+def test_hub_failure_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # no network in the tests: the hub cannot answer
+    with pytest.raises(PitError, match="cannot load ChilleD/SVAMP"):
+        load_task("svamp", "hub")
 
 
 def test_bad_samples_are_a_clear_error(tmp_path, humaneval):
@@ -161,7 +169,7 @@ def test_bad_samples_are_a_clear_error(tmp_path, humaneval):
     with pytest.raises(PitError, match=r"bad\.jsonl:2: not valid JSON"):
         read_samples(bad_json)
     unknown = write_jsonl(tmp_path / "unknown.jsonl", [{"task_id": "HumanEval/999", "completion": "  pass"}])
-    with pytest.raises(PitError, match="'HumanEval/999' are not in humaneval"):
+    with pytest.raises(PitError, match="1 task id.* not in humaneval, e.g. 'HumanEval/999'"):
         score(humaneval, read_samples(unknown))
     missing = write_jsonl(tmp_path / "missing.jsonl", [{"task_id": "HumanEval/0"}])
     with pytest.raises(PitError, match="expected an object with 'task_id' and 'completion'"):

@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from pit.evaluation.sandbox import Limits, _uid_processes, isolated, run_many, run_python, sandbox_uid
+from pit.evaluation.sandbox import Limits, Result, _uid_processes, isolated, run_many, run_python, sandbox_uid
 
 LIMITS = Limits(timeout=3.0)
 needs_root = pytest.mark.skipif(not isolated(), reason="namespaces and the uid switch need root")
@@ -28,7 +28,9 @@ def test_passing_and_failing_programs():
     assert run_python("import math, re, collections\nassert math.gcd(12, 18) == 6").status == "passed"
     result = run_python("assert 1 + 1 == 3, 'arithmetic'")
     assert result.status == "failed" and "AssertionError: arithmetic" in result.detail
-    assert run_python("raise SystemExit(3)").status == "failed"
+    assert run_python("raise SystemExit(3)") == Result("failed", "exit status 3")
+    assert run_python("raise SystemExit(200)") == Result("failed", "exit status 200")
+    assert run_python("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)") == Result("failed", "killed by SIGSEGV")
     assert run_python("def f(:\n  pass").status == "failed"
 
 

@@ -1,5 +1,6 @@
-"""The pretraining stage through Snakemake on a reduced default profile (one teacher slot with a
-stand-in teacher, one scratch slot, PIT and TT), in a temporary directory."""
+"""The pipeline through Snakemake on a reduced default profile (one teacher slot with a stand-in
+teacher, one scratch slot, PIT and TT): pretraining, diagnostics, tables, figures, report; in a
+temporary directory."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def pipeline(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("pretrain")
     config = workdir / "profile.yaml"
     config.write_text(yaml.safe_dump(reduced(yaml.safe_load((ROOT / "config.yaml").read_text()))))
-    snakemake(workdir, "--cores", "all", "--configfile", str(config), "pretrain_all")
+    snakemake(workdir, "--cores", "all", "--configfile", str(config))
     return workdir, config
 
 
@@ -71,8 +72,49 @@ def test_runs_are_in_the_project_mlflow_store(pipeline):
 
 def test_second_run_has_nothing_to_do(pipeline):
     workdir, config = pipeline
-    proc = snakemake(workdir, "--cores", "all", "--configfile", str(config), "pretrain_all")
+    proc = snakemake(workdir, "--cores", "all", "--configfile", str(config))
     assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_diagnostics_separate_pit_from_tt(pipeline):
+    workdir, _ = pipeline
+    for mode, slot in (("teacher", "256m"), ("scratch", "303m")):
+        pit = json.loads((workdir / f"results/diagnostics/{mode}/{slot}/pit/diagnostics.json").read_text())
+        tt = json.loads((workdir / f"results/diagnostics/{mode}/{slot}/tt/diagnostics.json").read_text())
+        assert all(abs(v) < 1e-6 for v in pit["raw"].values()), pit["raw"]
+        assert tt["raw"]["cosine_distance"] > 1e-3 and tt["delta_ti"] > 1e-3
+        assert abs(tt["polar"]["cosine_distance"]) < 1e-9  # TT's polar factors coincide
+
+
+def test_tables_figures_and_report(pipeline):
+    from PIL import Image
+
+    workdir, config = pipeline
+    for name in ("table1", "table2", "table3"):
+        for suffix in (".md", ".csv", ".tex"):
+            text = (workdir / f"results/tables/{name}{suffix}").read_text()
+            assert "default" in text, (name, suffix)
+    table2 = (workdir / "results/tables/table2.csv").read_text()
+    assert "raw_cosine" in table2 and "polar_cosine" in table2 and "paper_cosine" in table2
+    for png in ("figure3_scratch_loss", "figure4_teacher_loss", "interface_drift", "figure2_transition"):
+        image = Image.open(workdir / f"results/figures/{png}.png")
+        assert image.size[0] > 300 and image.size[1] > 200
+        assert len(set(image.convert("L").getdata())) > 20, f"{png} looks blank"
+    report = (workdir / "results/REPORT.md").read_text()
+    assert "Table 1" in report and "Table 2" in report and "paper_train_loss" in report
+    assert "figures/figure3_scratch_loss.png" in report
+
+    # one table is one target: after deleting it, only its own job runs
+    (workdir / "results/tables/table2.md").unlink()
+    proc = snakemake(workdir, "-n", "--configfile", str(config), "results/tables/table2.md")
+    assert job_counts(proc.stdout) == {"table2": 1}
+
+
+def test_table4_without_post_training_says_what_is_missing(pipeline):
+    workdir, config = pipeline
+    proc = snakemake(workdir, "--cores", "1", "--configfile", str(config), "results/tables/table4.md", check=False)
+    assert proc.returncode != 0
+    assert "no scores.json under 'results/posttrain'" in proc.stdout + proc.stderr
 
 
 def test_paper_profile_dry_run_has_twelve_gpu_pretraining_jobs(tmp_path):

@@ -63,6 +63,8 @@ def cmd_evaluate(args) -> int:
         raise PitError("give exactly one of --samples FILE (score it) or --model CKPT (generate, then score)")
     if args.model is not None and args.out is None:
         raise PitError("--model needs --out FILE for the result JSON")
+    if not 1 <= args.workers <= 16:
+        raise PitError(f"--workers {args.workers}: expected 1 to 16")
     task = load_task(args.task, args.source, args.limit)
     if args.samples is not None:
         samples = read_samples(args.samples)

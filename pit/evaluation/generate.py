@@ -33,7 +33,7 @@ def load(checkpoint: str | Path, tokenizer: str | Path | None = None, device: st
     return load_model(checkpoint, device=device), tok
 
 
-def generate(model, tokenizer, prompts: list[str], *, stops: list[str] = (), max_new_tokens: int = 256,
+def generate(model, tokenizer, prompts: list[str], *, stops: tuple[str, ...] | list[str] = (), max_new_tokens: int = 256,
              batch_size: int = 8, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
              progress: bool = True) -> list[str]:
     """One completion per prompt, in prompt order."""

@@ -3,7 +3,7 @@
 What enforces each limit (as root, the normal case; see docs/evaluation.md):
 
 - wall clock: the evaluator waits `timeout` seconds, then SIGKILLs every process of the sample's uid;
-  the sample runs as PID 1 of its own PID namespace, so the kernel kills whatever is left in it.
+  the sample runs in its own PID namespace, whose init then exits, so the kernel kills whatever is left.
 - CPU time: RLIMIT_CPU (SIGXCPU, then SIGKILL one second later).
 - memory: RLIMIT_AS (a 10 GB allocation raises MemoryError inside the sample).
 - file size: RLIMIT_FSIZE (SIGXFSZ); writable space is a size-limited private tmpfs.
@@ -16,8 +16,8 @@ What enforces each limit (as root, the normal case; see docs/evaluation.md):
   The Python installation is bind-mounted read-only at /tmp/.python (it may live under an unreadable /root).
 - environment: a minimal one (PATH, HOME, TMPDIR, LANG, LD_LIBRARY_PATH); python runs with -I.
 
-The namespaces are made by a small launcher (this file run as a script) that stays root, forks the
-sample, and reports its exit status. Without root there are no namespaces or uid switch: the sample
+The namespaces are made by a small launcher (this file run as a script, see `_launch`) that stays
+root and reports the sample's exit status. Without root there are no namespaces or uid switch: the sample
 gets the rlimits (but no RLIMIT_NPROC), its own process group, a scratch cwd and a prelude that
 replaces `socket.socket`; that is weaker, and the docs say so.
 """
@@ -107,6 +107,8 @@ def run_many(sources: list[str], limits: Limits = Limits(), workers: int = 2, pr
     """Run programs `workers` at a time, each worker slot with its own uid; results in input order."""
     from tqdm import tqdm
 
+    if not 1 <= workers <= 16:  # sandbox_uid gives each evaluator process 16 uids
+        raise ValueError(f"workers = {workers}: expected 1 to 16")
     slots = list(range(workers))
     bar = tqdm(total=len(sources), desc="sandbox", disable=not progress)
 
@@ -142,7 +144,7 @@ def _run(scratch: str, out, limits: Limits, slot: int) -> tuple[bool, int]:
     finally:
         os.close(pidfd)
     if isolated():
-        _kill_uid(uid)  # kills the sample (PID 1 of its namespace) and so all of its namespace
+        _kill_uid(uid)  # kills the sample; its namespace's init then exits, which ends the namespace
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
@@ -164,8 +166,9 @@ def _result(timed_out: bool, rc: int, output: str, limits: Limits) -> Result:
         return Result("error", last)
     if rc in (128 + signal.SIGXCPU, -signal.SIGXCPU):
         return Result("timeout", f"CPU-time limit of {_rlimits(limits)['CPU'][0]} s")
-    if rc > 128 or rc < 0:
-        return Result("failed", f"killed by {signal.Signals(abs(rc) % 128).name}" + (f"; {last}" if last else ""))
+    if not last and (rc < 0 or rc > 128):  # killed by a signal (launcher: 128 + signal; itself: -signal)
+        with contextlib.suppress(ValueError):
+            last = f"killed by {signal.Signals(-rc if rc < 0 else rc - 128).name}"
     return Result("failed", last or f"exit status {rc}")
 
 
@@ -223,6 +226,9 @@ def _kill_uid(uid: int, patience: float = 10.0) -> None:
 
 # ---------------------------------------------------------------------------------------------------------
 # The launcher: `python -I -S sandbox.py SPEC`, run by `_run` as root in the sample's new session.
+# Three processes: the launcher (root, host PID namespace) -> init (root, PID 1 of a new PID, mount and
+# network namespace; builds the mounts, reaps) -> the sample (the sandbox uid, rlimits, exec python).
+# When init exits, the kernel kills whatever is left in its PID namespace.
 
 
 def _launch(spec: dict) -> None:
@@ -236,18 +242,16 @@ def _launch(spec: dict) -> None:
         enc = lambda s: None if s is None else s.encode()  # noqa: E731
         check(libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
 
+    def exit_code(status: int) -> int:
+        return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
     try:
         check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID), "unshare")
-        pid = os.fork()
-    except OSError as err:
-        print(f"pit-sandbox: cannot build the sandbox: {err}", flush=True)
-        os._exit(SETUP_FAILED)
-    if pid:  # the launcher: stay root, report the sample's status
-        status = os.waitpid(pid, 0)[1]
-        os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
-    try:  # the sample, PID 1 of a new PID namespace: private mounts, limits, then drop root and exec
-        uid = spec["uid"]
-        source = open(os.path.join(spec["scratch"], "main.py"), "rb").read()
+        if init := os.fork():  # the launcher: report init's status
+            os._exit(exit_code(os.waitpid(init, 0)[1]))
+        # init: private mounts, the sample's working directory, then fork the sample
+        with open(os.path.join(spec["scratch"], "main.py"), "rb") as f:
+            source = f.read()  # before the scratch folder (under /tmp) is covered by the new tmpfs
         mount(None, "/", None, MS_REC | MS_PRIVATE)
         for path in ("/tmp", "/dev/shm", "/var/tmp"):
             if os.path.isdir(path):
@@ -257,13 +261,17 @@ def _launch(spec: dict) -> None:
         mount(None, PY_MOUNT, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
         with contextlib.suppress(OSError):  # a /proc of the new PID namespace, where the container allows it
             mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        work = "/tmp/work"
+        uid, work = spec["uid"], "/tmp/work"
         os.mkdir(work, 0o700)
         with open(os.path.join(work, "main.py"), "wb") as f:
             f.write(source)
         os.chown(work, uid, uid)
         os.chown(os.path.join(work, "main.py"), uid, uid)
         os.chdir(work)
+        if sample := os.fork():  # init: reap everything until the sample ends, then end the namespace
+            while (pid_status := os.wait())[0] != sample:
+                pass
+            os._exit(exit_code(pid_status[1]))
         _set_rlimits({k: tuple(v) for k, v in spec["limits"].items()})
         os.setgroups([])
         os.setgid(uid)

@@ -106,7 +106,10 @@ def load_task(name: str, source: str = "offline", limit: int | None = None) -> T
         import datasets
 
         hub_id, config, split = spec.hub
-        rows, label = [dict(r) for r in datasets.load_dataset(hub_id, config, split=split)], hub_id
+        try:
+            rows, label = [dict(r) for r in datasets.load_dataset(hub_id, config, split=split)], hub_id
+        except Exception as err:  # noqa: BLE001 (offline, unknown id, ...: datasets raises many types)
+            raise PitError(f"cannot load {hub_id} ({config or 'default'}, {split}) from the hub: {err}") from None
     elif source == "offline":
         rows, label = OFFLINE[name](), f"{name} (offline)"
     else:
@@ -148,7 +151,7 @@ def score(task: Task, completions: dict[str, str], limits: Limits = Limits(), wo
     """Score one completion per task id: {"task", "metric": value, "n", "standin", "results"}."""
     unknown = sorted(set(completions) - set(task.records))
     if unknown:
-        raise PitError(f"task id(s) {', '.join(map(repr, unknown[:5]))} are not in {task.name}")
+        raise PitError(f"{len(unknown)} task id(s) are not in {task.name}, e.g. {', '.join(map(repr, unknown[:3]))}")
     ids = list(completions)
     if task.spec.kind == "code":
         outcomes = run_many([task.program(i, completions[i]) for i in ids], limits, workers, progress)
