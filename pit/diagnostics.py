@@ -68,7 +68,7 @@ def cosine_distance(B_in: torch.Tensor, B_out: torch.Tensor) -> float:
     both = (n_in > 0) & (n_out > 0)
     cos = torch.where(both, (B_in * B_out).sum(1) / torch.where(both, n_in * n_out, 1.0),
                       ((n_in == 0) & (n_out == 0)).to(B_in.dtype))
-    return (1 - cos).mean().item()
+    return (1 - cos.clamp(-1.0, 1.0)).mean().item()  # |cos| <= 1; the clamp removes round-off beyond it
 
 
 def procrustes_error(B_in: torch.Tensor, B_out: torch.Tensor) -> float:

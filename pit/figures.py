@@ -81,7 +81,7 @@ def drift(root: Path, out: Path, profile: str) -> None:
         for mode, slot, kind, rows in runs:
             pts = [(r["step"], max(r[key], 1e-12)) for r in rows if key in r and math.isfinite(r[key])]
             if pts:
-                ax.plot(*zip(*pts), styles.get(mode, "-"), color=COLORS.get(kind), lw=1.0,
+                ax.plot(*zip(*pts), styles.get(mode, "-"), color=COLORS.get(kind), lw=1.0, marker=".", ms=3,
                         label=f"{mode} {slot} {METHOD_NAME.get(kind, kind)}")
         ax.set_yscale("log")
         ax.set_title(title)

@@ -58,7 +58,7 @@ def build_report(config: dict, tables: Path, figures: Path, out: Path) -> str:
     for name in ("table1", "table2", "table3", "table4"):
         md = tables / f"{name}.md"
         if md.is_file():
-            parts += [f"## {name.capitalize().replace('table', 'Table ')}", "", md.read_text().strip(), ""]
+            parts += [f"## Table {name.removeprefix('table')}", "", md.read_text().strip(), ""]
             parts += [f"> {n}" for n in NOTES.get(name, [])] + [""]
     parts += ["## Figures", ""]
     for png in sorted(figures.glob("*.png")):

@@ -121,9 +121,9 @@ def write_table(df: pd.DataFrame, out_stem: str | Path, name: str, profile: str,
     out_stem = Path(out_stem)
     fmt = {c: (lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}")
            for c in df.columns if df[c].dtype.kind == "f"}
-    shown = df.copy()
+    shown = df.copy().astype(object).where(df.notna(), "")
     for c, f in fmt.items():
-        shown[c] = shown[c].map(f)
+        shown[c] = df[c].map(f)
     head = f"**{TITLES[name]}.** Profile: `{profile}`. Columns `paper_*` are the paper's values."
     md = "\n\n".join([head, shown.to_markdown(index=False), *notes]) + "\n"
     write_text(out_stem.with_suffix(".md"), md)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-step set-up for a fresh machine: installs the pinned CPU PyTorch first (an unpinned torch
-# would pull several GB of CUDA packages), then the project and its pinned dependencies.
+# would pull several GB of CUDA packages), then the project and its pinned dependencies, and,
+# where this runs as root on Debian/Ubuntu, Chromium for the test that renders the HTML report.
 # Idempotent: a second run only checks that everything is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,3 +10,10 @@ if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] 
     "$PY" -m pip install --quiet "torch==2.13.0"
 fi
 "$PY" -m pip install --quiet -c constraints.txt -e ".[dev]"
+if ! command -v chromium >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+        echo "note: chromium is not installed; the HTML-report rendering test needs it (apt-get install chromium)" >&2
+    fi
+fi

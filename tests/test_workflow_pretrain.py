@@ -123,3 +123,35 @@ def test_paper_profile_dry_run_has_twelve_gpu_pretraining_jobs(tmp_path):
     assert counts["pretrain"] == 12 and "pretrain_stand_in_teacher" not in counts
     assert proc.stdout.count("gpus=1") >= 12
     assert "cerebras/Cerebras-GPT-256M" in proc.stdout and "scratch-1.17b" in proc.stdout
+
+
+def test_html_report_renders_in_headless_chromium(pipeline, tmp_path):
+    import re
+    import shutil
+    import subprocess
+
+    workdir, config = pipeline
+    snakemake(workdir, "--configfile", str(config), "--report", "report.html")
+    html = workdir / "report.html"
+    raw = html.read_text()
+    for name in ("table1.csv", "table2.csv", "table3.csv", "figure3_scratch_loss.png", "figure4_teacher_loss.png",
+                 "interface_drift.png", "figure2_transition.png"):
+        assert name in raw, name
+    chromium = shutil.which("chromium")
+    assert chromium, "Chromium is required for this test (scripts/setup.sh installs Debian's chromium)"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+             "--virtual-time-budget=15000"]
+    dom = subprocess.run([chromium, *flags, "--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=180)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    body = re.sub(r"<script.*?</script>", "", dom.stdout[dom.stdout.find("<body"):], flags=re.S)
+    text = re.sub(r"<[^>]+>", " ", body)
+    assert "Tables" in text and "Figures" in text, "the report's result categories were not rendered"
+    assert "Read results/REPORT.md" in " ".join(text.split())
+    assert "Uncaught" not in dom.stderr, [line for line in dom.stderr.splitlines() if "Uncaught" in line]
+    shot = tmp_path / "report.png"
+    subprocess.run([chromium, *flags, f"--screenshot={shot}", "--window-size=1280,900", html.as_uri()],
+                   capture_output=True, text=True, timeout=180, check=True)
+    from PIL import Image
+    assert len(set(Image.open(shot).convert("L").getdata())) > 10, "the rendered report is blank"
