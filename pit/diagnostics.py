@@ -109,6 +109,8 @@ def direct_path_asymmetry(E: torch.Tensor, W_out: torch.Tensor) -> float:
 
 def _as_float64(E, W_out) -> tuple[torch.Tensor, torch.Tensor]:
     E, W_out = torch.as_tensor(E).detach().double(), torch.as_tensor(W_out).detach().double()
+    if not (torch.isfinite(E).all() and torch.isfinite(W_out).all()):
+        raise PitError("the interface has non-finite entries (a diverged run?); its metrics are undefined")
     if E.ndim != 2 or W_out.ndim != 2 or W_out.shape != (E.shape[1], E.shape[0]):
         raise PitError(f"input embedding E has shape {tuple(E.shape)} and output projection W_out has shape "
                        f"{tuple(W_out.shape)}; expected E (V, d) and W_out (d, V)")

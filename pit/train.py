@@ -195,11 +195,14 @@ def consistency_metrics(model) -> dict:
     """The Table 2 metrics of the interface as trained (FP32 E and W_out, metrics in float64)."""
     from pit.diagnostics import interface_metrics
 
+    keys = [(variant, key, short) for variant in ("raw", "polar") for key, short in
+            (("cosine_distance", "cosine"), ("procrustes_error", "procrustes"), ("principal_angle", "angle"))]
     with torch.no_grad():
-        m = interface_metrics(*interface_matrices(model))
-    return {f"{variant}_{short}": m[variant][key] for variant in ("raw", "polar")
-            for key, short in (("cosine_distance", "cosine"), ("procrustes_error", "procrustes"),
-                               ("principal_angle", "angle"))}
+        E, W = interface_matrices(model)
+        if not (torch.isfinite(E).all() and torch.isfinite(W).all()):  # a diverged run: nothing to measure
+            return {f"{variant}_{short}": float("nan") for variant, _, short in keys}
+        m = interface_metrics(E, W)
+    return {f"{variant}_{short}": m[variant][key] for variant, key, short in keys}
 
 
 def param_groups(model, weight_decay: float, lr: float = 1e-3, transform_lr_scale: float = 1.0):

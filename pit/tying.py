@@ -130,21 +130,25 @@ def gram(Z: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
     return G
 
 
-def inverse_sqrt_spd(G: torch.Tensor, tol: float = 1e-10, max_iter: int = 30) -> torch.Tensor:
-    """G^{-1/2} of an SPD matrix (float64). Near the identity (the retraction regime) a coupled
-    Newton-Schulz iteration (matmuls only, converges in a few steps); otherwise eigh."""
+def inverse_sqrt_minus_identity(G: torch.Tensor, tol: float = 1e-12, max_terms: int = 40) -> torch.Tensor:
+    """G^{-1/2} - I for an SPD matrix G (float64 in). Near the identity (the retraction regime,
+    G = I + X with ||X||_F < 1/2) the binomial series (I + X)^{-1/2} - I = sum_{k>=1} binom(-1/2, k) X^k,
+    one matmul a term, in FP32 (X is small, so FP32 keeps ~1e-7 of a ~1e-3 correction), stopped when
+    a term falls below `tol`; otherwise a float64 eigendecomposition."""
     I = torch.eye(G.shape[0], dtype=G.dtype, device=G.device)
-    if torch.linalg.matrix_norm(G - I, ord=2) < 0.5:
-        Y, S = G, I  # Y -> G^{1/2}, S -> G^{-1/2}
-        for _ in range(max_iter):
-            P = S @ Y
-            if torch.linalg.matrix_norm(P - I) < tol:
-                return S
-            T = 1.5 * I - 0.5 * P
-            Y, S = Y @ T, T @ S
+    X = G - I
+    if torch.linalg.matrix_norm(X) < 0.5:
+        X = X.float()
+        term, S = X * -0.5, X * -0.5
+        for k in range(2, max_terms):
+            if torch.linalg.matrix_norm(term) < tol:
+                break
+            term = (term @ X) * ((0.5 - k) / k)  # binom(-1/2, k) X^k from the previous term
+            S = S + term
+        return S.double()
     with single_thread():
         evals, evecs = torch.linalg.eigh(G)
-    return (evecs * evals.rsqrt()) @ evecs.T
+    return (evecs * evals.rsqrt()) @ evecs.T - I
 
 
 def random_stiefel(vocab_size: int, dim: int, seed: int) -> torch.Tensor:
@@ -327,8 +331,7 @@ class PITTying(TokenInterface):
         """Polar retraction Z <- Z (Z^T Z + eps I)^{-1/2} (Eq. 18), applied as Z + Z (S - I) so
         that FP32 rounding touches only the small correction."""
         G = gram(self.Z) + self.retraction_eps * torch.eye(self.dim, dtype=torch.float64, device=self.Z.device)
-        S = inverse_sqrt_spd(G) - torch.eye(self.dim, dtype=torch.float64, device=self.Z.device)
-        self.Z.add_(self.Z @ S.to(self.Z.dtype))
+        self.Z.add_(self.Z @ inverse_sqrt_minus_identity(G).to(self.Z.dtype))
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, trainable_z={self.Z.requires_grad}, diag_clamp={self.diag_clamp}"

@@ -106,13 +106,13 @@ def test_tables_figures_and_report(pipeline):
 
     # one table is one target: after deleting it, only its own job runs
     (workdir / "results/tables/table2.md").unlink()
-    proc = snakemake(workdir, "-n", "--configfile", str(config), "results/tables/table2.md")
+    proc = snakemake(workdir, "-n", "results/tables/table2.md", "--configfile", str(config))
     assert job_counts(proc.stdout) == {"table2": 1}
 
 
 def test_table4_without_post_training_says_what_is_missing(pipeline):
     workdir, config = pipeline
-    proc = snakemake(workdir, "--cores", "1", "--configfile", str(config), "results/tables/table4.md", check=False)
+    proc = snakemake(workdir, "--cores", "1", "results/tables/table4.md", "--configfile", str(config), check=False)
     assert proc.returncode != 0
     assert "no scores.json under 'results/posttrain'" in proc.stdout + proc.stderr
 
