@@ -130,7 +130,7 @@ def gram(Z: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
     return G
 
 
-def inverse_sqrt_minus_identity(G: torch.Tensor, tol: float = 1e-12, max_terms: int = 40) -> torch.Tensor:
+def inverse_sqrt_minus_identity(G: torch.Tensor, tol: float = 1e-10, max_terms: int = 40) -> torch.Tensor:
     """G^{-1/2} - I for an SPD matrix G (float64 in). Near the identity (the retraction regime,
     G = I + X with ||X||_F < 1/2) the binomial series (I + X)^{-1/2} - I = sum_{k>=1} binom(-1/2, k) X^k,
     one matmul a term, in FP32 (X is small, so FP32 keeps ~1e-7 of a ~1e-3 correction), stopped when
