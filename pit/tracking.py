@@ -13,9 +13,13 @@ import contextlib
 import fcntl
 import json
 import logging
+import math
 import os
+import time
 from pathlib import Path
 from typing import Any
+
+from pit.errors import PitError
 
 log = logging.getLogger("pit.tracking")
 
@@ -111,8 +115,6 @@ class Tracker:
     def log_metrics(self, rows: list[dict], keys: tuple[str, ...]) -> None:
         """Log metric rows (dicts with 'step'); only finite numeric values of `keys`."""
         from mlflow.entities import Metric
-        import math
-        import time
 
         def go():
             ts = int(time.time() * 1000)
@@ -141,12 +143,10 @@ def sync_run(run_dir: str | Path, uri: str | None = None) -> str:
     run_dir = Path(run_dir)
     meta_file = run_dir / "run.json"
     if not meta_file.is_file():
-        from pit.errors import PitError
         raise PitError(f"{str(run_dir)!r} is not a run folder: no run.json (expected the output of `pit train`)")
     meta = json.loads(meta_file.read_text())
     tracker = Tracker(uri, meta["experiment"], meta["run_name"], meta.get("tags"))
     if not tracker.active:
-        from pit.errors import PitError
         raise PitError(f"cannot reach the MLflow store {tracking_uri(uri)!r}")
     tracker.log_params(meta["params"])
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
@@ -156,7 +156,6 @@ def sync_run(run_dir: str | Path, uri: str | None = None) -> str:
             tracker.log_artifact(run_dir / name)
     tracker.finish()
     if not tracker.active:
-        from pit.errors import PitError
         raise PitError(f"upload to {tracking_uri(uri)!r} failed part-way; nothing in {str(run_dir)!r} was changed")
     return tracker.run_id
 
