@@ -12,7 +12,9 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/diagnostics.smk"
+include: "workflow/rules/posttrain.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/tracking.smk"  # last: logs every table and figure above as one MLflow run
 
 
 rule all:

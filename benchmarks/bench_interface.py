@@ -1,42 +1,26 @@
-"""Micro-benchmark: forward + backward of the token interface alone, PIT (Z frozen / trainable) vs TT
-vs untied, at V = 50257, d = 768, 8192 tokens, on this machine's CPU. Ratios come from one run.
+"""Micro-benchmark: forward + backward of the token interface alone (embedding, head, loss), PIT (Z frozen /
+trainable) vs TT vs untied, each with the naive loss (full logits, F.cross_entropy) and the chunked fused
+loss of `pit.loss`, at V = 50257, d = 768, 8192 tokens, on this machine's CPU. Ratios come from one run.
 
-    python benchmarks/bench_interface.py [--tokens 8192] [--vocab 50257] [--dim 768] [--repeats 5]
+    python benchmarks/bench_interface.py [--tokens 8192] [--vocab 50257] [--dim 768] [--rounds 3] [--json]
 
-Each step: x = embed(ids); h = x + body (a stand-in for the transformer output, requires grad);
-loss = cross_entropy(logits(h), targets); loss.backward(). With Z frozen PIT needs no weight
-gradient for the V x d table, so it skips the (tokens x V x d) GEMM that TT pays for dW.
+Each call: h = embed(ids) + body (a stand-in for the transformer, requires grad); loss(head_input(h),
+targets); backward. With Z frozen PIT needs no weight gradient for the V x d table, so it skips the
+(tokens x V x d) GEMM that TT pays for dE. Arms are interleaved over rounds (`pit.bench.time_arms`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import torch
-import torch.nn.functional as F
 
+from pit.bench import time_arms
+from pit.loss import linear_cross_entropy, naive_linear_cross_entropy
 from pit.tying import PITTying, TransposeTying, UntiedHead
 
-
-def step(iface, ids, targets, body):
-    h = iface.embed(ids) + body
-    loss = F.cross_entropy(iface.logits(h), targets)
-    loss.backward()
-    return loss
-
-
-def time_interface(iface, ids, targets, body, repeats):
-    step(iface, ids, targets, body)  # warm-up
-    times = []
-    for _ in range(repeats):
-        iface.zero_grad(set_to_none=True)
-        body.grad = None
-        t0 = time.perf_counter()
-        step(iface, ids, targets, body)
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]  # median
+LOSSES = {"naive": naive_linear_cross_entropy, "chunked": linear_cross_entropy}
 
 
 def main(argv=None):
@@ -44,33 +28,32 @@ def main(argv=None):
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--vocab", type=int, default=50257)
     ap.add_argument("--dim", type=int, default=768)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     V, d, N = args.vocab, args.dim, args.tokens
-    ids = torch.randint(0, V, (N,))
-    targets = torch.randint(0, V, (N,))
+    ids, targets = torch.randint(0, V, (N,)), torch.randint(0, V, (N,))
     body = torch.randn(N, d, requires_grad=True)
-    arms = {
-        "tt": TransposeTying.from_scratch(V, d),
-        "pit_frozen_z": PITTying.from_scratch(V, d),
-        "pit_trainable_z": PITTying.from_scratch(V, d, trainable_z=True),
-        "untied": UntiedHead.from_scratch(V, d),
-    }
-    # interleave the arms over rounds so drift in machine load hits all of them alike
-    seconds = {k: [] for k in arms}
-    for _ in range(2):
-        for name, iface in arms.items():
-            seconds[name].append(time_interface(iface, ids, targets, body, args.repeats))
-    result = {"vocab": V, "dim": d, "tokens": N, "threads": torch.get_num_threads(),
-              "seconds": {k: min(v) for k, v in seconds.items()}}
-    result["ratio_to_tt"] = {k: v / result["seconds"]["tt"] for k, v in result["seconds"].items()}
+    interfaces = {"tt": TransposeTying.from_scratch(V, d), "pit_frozen_z": PITTying.from_scratch(V, d),
+                  "pit_trainable_z": PITTying.from_scratch(V, d, trainable_z=True),
+                  "untied": UntiedHead.from_scratch(V, d)}
+
+    def call(iface, loss):
+        iface.zero_grad(set_to_none=True)
+        body.grad = None
+        loss(*iface.head_input(iface.embed(ids) + body), targets).backward()
+
+    arms = {f"{name}/{loss}": (lambda i=iface, f=fn: call(i, f))
+            for name, iface in interfaces.items() for loss, fn in LOSSES.items()}
+    seconds = time_arms(arms, args.rounds, 1)
+    result = {"vocab": V, "dim": d, "tokens": N, "threads": torch.get_num_threads(), "seconds": seconds,
+              "ratio_to_tt_naive": {k: v / seconds["tt/naive"] for k, v in seconds.items()}}
     if args.json:
         print(json.dumps(result, indent=2))
-    else:
-        for k, v in result["seconds"].items():
-            print(f"{k:16s} {v * 1e3:8.1f} ms   {result['ratio_to_tt'][k]:.3f} x TT")
+        return
+    for k, v in seconds.items():
+        print(f"{k:24s} {v * 1e3:8.1f} ms   {result['ratio_to_tt_naive'][k]:.3f} x TT (naive)")
 
 
 if __name__ == "__main__":

@@ -18,14 +18,18 @@ from pit.errors import PitError
 COMMANDS = {
     "data": ("pit.data.cli", "download a corpus, build tokenizers, tokenize"),
     "train": ("pit.train", "one pretraining run (resumes from the run folder's latest checkpoint)"),
-    "mlflow": ("pit.tracking", "MLflow utilities (sync run folders to a store)"),
+    "mlflow": ("pit.tracking", "MLflow utilities (sync run folders to a store, log the summary run)"),
+    "runs": ("pit.runs", "table of the MLflow store's runs and their final metrics"),
     "diagnose": ("pit.diagnostics", "token-interface diagnostics of a checkpoint"),
+    "lora": ("pit.lora", "LoRA post-training of a pretrained checkpoint (peft); merge adapters"),
+    "side-effects": ("pit.side_effects", "KL, loss change and interface change between two checkpoints"),
     "evaluate": ("pit.evaluation.cli", "generate and score HumanEval, MBPP, GSM8K, SVAMP"),
     "table": ("pit.tables", "build one of the paper's tables (Markdown, CSV, LaTeX)"),
     "figure": ("pit.figures", "draw one of the paper's figures (PNG)"),
     "report": ("pit.report", "write results/REPORT.md from the tables and figures"),
     "arch": ("pit.arch", "Table 3: architectures and parameter counts"),
     "export": ("pit.checkpoint", "write a plain untied transformers model with the same logits"),
+    "bench": ("pit.bench", "training throughput, MFU and memory on this machine"),
 }
 
 

@@ -7,6 +7,8 @@
 - `transition`: a Figure 2-style transition trace: for a few prompts, the last token's state at
   every layer decoded through the input anchors B_in (nearest row of E by cosine) and through the
   output anchors (the logit lens, argmax of f W_out), for several checkpoints side by side.
+- `side-effects` (post-training): per LoRA run, the side effect (KL of next-token distributions on
+  held-out pretraining text, and the validation-loss change) against the in-domain gain.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from pit.errors import PitError  # noqa: E402
 from pit.io import atomic_path  # noqa: E402
-from pit.tables import METHOD_NAME, find_runs  # noqa: E402
+from pit.tables import METHOD_NAME, find_runs, posttrain_runs  # noqa: E402
 
 COLORS = {"pit": "tab:blue", "tt": "tab:orange", "untied": "tab:green"}
 
@@ -140,11 +142,39 @@ def transition(checkpoints: list[str], labels: list[str], prompts: list[str], ou
     save(fig, out)
 
 
+TASK_MARKERS = ("o", "s", "^", "D")
+
+
+def side_effects(root: Path, out: Path, profile: str) -> None:
+    """Side effect vs in-domain gain: one point per (pretrained run, LoRA task); colour = method,
+    marker = task. Left: KL(p_before || p_after); right: validation-loss change."""
+    runs = posttrain_runs(root)
+    tasks = sorted({t for r in runs for t in r["lora"]})
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, key, label in ((axes[0], "kl", "KL(before || after), nats/token"),
+                           (axes[1], "val_loss_change", "validation-loss change (nats)")):
+        for r in runs:
+            for task, lora in r["lora"].items():
+                ax.scatter(lora["gain"], lora["side_effects"][key], color=COLORS.get(r["interface"]),
+                           marker=TASK_MARKERS[tasks.index(task) % len(TASK_MARKERS)], s=28, alpha=0.8)
+        ax.set_xlabel("in-domain gain over the base model (points)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_yscale("symlog", linthresh=1e-6)
+    handles = [plt.Line2D([], [], color=c, marker="o", ls="", label=METHOD_NAME[k]) for k, c in COLORS.items()
+               if any(r["interface"] == k for r in runs)]
+    handles += [plt.Line2D([], [], color="gray", marker=TASK_MARKERS[i % len(TASK_MARKERS)], ls="", label=f"LoRA {t}")
+                for i, t in enumerate(tasks)]
+    axes[1].legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    fig.suptitle(f"Side effect vs in-domain gain of every LoRA update (profile: {profile})")
+    save(fig, out)
+
+
 def cmd_figure(args: argparse.Namespace) -> int:
     out = Path(args.out)
     root = Path(args.runs) if args.runs else None
     if args.name != "transition" and root is None:
-        raise PitError(f"{args.name} reads run folders: pass --runs results/pretrain")
+        raise PitError(f"{args.name} reads run folders: pass --runs results/pretrain (side-effects: results/posttrain)")
     if args.name == "transition":
         if not args.checkpoint or len(args.checkpoint) != len(args.label or []) or not args.prompt:
             raise PitError("transition needs --checkpoint DIR --label NAME (one label per checkpoint) and --prompt")
@@ -153,6 +183,8 @@ def cmd_figure(args: argparse.Namespace) -> int:
         if args.mode is None:
             raise PitError("loss-curves needs --mode teacher or --mode scratch")
         loss_curves(root, args.mode, out, args.profile)
+    elif args.name == "side-effects":
+        side_effects(root, out, args.profile)
     else:
         drift(root, out, args.profile)
     print(f"{args.name}: {out}")
@@ -162,8 +194,8 @@ def cmd_figure(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser("figure", help="draw one of the paper's figures (PNG)", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("name", choices=["loss-curves", "drift", "transition"])
-    p.add_argument("--runs", help="root of the pretraining run folders (results/pretrain)")
+    p.add_argument("name", choices=["loss-curves", "drift", "transition", "side-effects"])
+    p.add_argument("--runs", help="root of the run folders (results/pretrain; side-effects: results/posttrain)")
     p.add_argument("--checkpoint", action="append", help="transition: a checkpoint folder (repeatable)")
     p.add_argument("--label", action="append", help="transition: a label per checkpoint")
     p.add_argument("--prompt", action="append", help="transition: a prompt (repeatable)")

@@ -21,6 +21,16 @@ from pit.paper import paper_values
 MODE_ORDER = {"teacher": 0, "scratch": 1}
 METHOD_ORDER = {"tt": 0, "pit": 1, "untied": 2}
 METHOD_NAME = {"tt": "TT", "pit": "PIT", "untied": "Untied"}
+TASK_ORDER = {"mbpp": 0, "humaneval": 1, "gsm8k": 2, "svamp": 3}  # the paper's column order
+
+
+def slot_key(slot: str) -> tuple[float, str]:
+    """Slots in size order: '256m' < '1.3b' (names that are not sizes sort after, by name)."""
+    units = {"m": 1e6, "b": 1e9}
+    try:
+        return float(slot[:-1]) * units[slot[-1].lower()], slot
+    except (KeyError, ValueError, IndexError):
+        return float("inf"), slot
 
 
 def runtime_text(seconds: float | None) -> str:
@@ -31,17 +41,19 @@ def runtime_text(seconds: float | None) -> str:
     return f"{h}h {m:02d}m" if h else f"{m}m {s:02d}s"
 
 
+def run_paths(root: str | Path, name: str) -> list[tuple[str, str, str, Path]]:
+    """(mode, slot, interface, path) for every <root>/<mode>/<slot>/<interface>/<name>, in table order."""
+    root = Path(root)
+    found = [(*path.relative_to(root).parts[:3], path) for path in root.glob(f"*/*/*/{name}")]
+    if not found:
+        raise PitError(f"no {name} under {str(root)!r}: run the stage that makes them first "
+                       f"(expected {root}/<mode>/<slot>/<interface>/{name})")
+    return sorted(found, key=lambda r: (MODE_ORDER.get(r[0], 9), slot_key(r[1]), METHOD_ORDER.get(r[2], 9)))
+
+
 def find_runs(root: str | Path, filename: str) -> list[tuple[str, str, str, dict]]:
     """(mode, slot, interface, json) for every <root>/<mode>/<slot>/<interface>/<filename>, in table order."""
-    root = Path(root)
-    found = []
-    for path in root.glob(f"*/*/*/{filename}"):
-        mode, slot, kind = path.relative_to(root).parts[:3]
-        found.append((mode, slot, kind, json.loads(path.read_text())))
-    if not found:
-        raise PitError(f"no {filename} under {str(root)!r}: run the stage that makes them first "
-                       f"(expected {root}/<mode>/<slot>/<interface>/{filename})")
-    return sorted(found, key=lambda r: (MODE_ORDER.get(r[0], 9), r[1], METHOD_ORDER.get(r[2], 9)))
+    return [(mode, slot, kind, json.loads(path.read_text())) for mode, slot, kind, path in run_paths(root, filename)]
 
 
 def _paper(table: str, mode: str, slot: str, kind: str) -> dict:
@@ -91,17 +103,62 @@ def table3() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def metric_percent(result: dict) -> float:
+    """pass@1 (code) or exact-match accuracy (math) of a `pit evaluate` result, in %."""
+    return 100.0 * result.get("pass@1", result.get("accuracy"))
+
+
+def posttrain_runs(post_root: str | Path) -> list[dict]:
+    """Every post-training run folder <root>/<mode>/<slot>/<interface>/ as one record: per LoRA task
+    the scores of the updated model (<task>/eval/) and of its base (<task>/base/) on the same sets,
+    the in-domain gain and the side effects (results/posttrain layout, docs/posttraining.md)."""
+    runs = []
+    for mode, slot, kind, _ in run_paths(post_root, "*/side_effects.json"):
+        if runs and (runs[-1]["mode"], runs[-1]["slot"], runs[-1]["interface"]) == (mode, slot, kind):
+            continue
+        folder = Path(post_root) / mode / slot / kind
+        lora, results = {}, []
+        for task_dir in sorted((d for d in folder.iterdir() if (d / "side_effects.json").is_file()),
+                               key=lambda d: (TASK_ORDER.get(d.name, 9), d.name)):
+            task = task_dir.name
+            evals, base = ({f.stem: json.loads(f.read_text()) for f in (task_dir / sub).glob("*.json")}
+                           for sub in ("eval", "base"))
+            if task not in evals or task not in base:
+                raise PitError(f"{task_dir}: expected eval/{task}.json and base/{task}.json (run the evaluate rule)")
+            evals = dict(sorted(evals.items(), key=lambda kv: (TASK_ORDER.get(kv[0], 9), kv[0])))
+            lora[task] = {"scores": {t: metric_percent(r) for t, r in evals.items()},
+                          "base": {t: metric_percent(r) for t, r in base.items()},
+                          "gain": metric_percent(evals[task]) - metric_percent(base[task]),
+                          "side_effects": json.loads((task_dir / "side_effects.json").read_text())}
+            results += [*evals.values(), *base.values()]
+        runs.append({"mode": mode, "slot": slot, "interface": kind, "lora": lora,
+                     "standin": sorted({r["task"] for r in results if r.get("standin")}),
+                     "problems": sorted({r["n"] for r in results})})
+    return runs
+
+
 def table4(post_root: str | Path) -> pd.DataFrame:
-    """Table 4 (post-training): LoRA scores in-domain / out-of-domain and measured side effects."""
+    """Table 4 (post-training): each LoRA's scores in-domain / out-of-domain (%), the paper's beside
+    them, the in-domain gain over the base model (points) and the update's side effects: KL of the
+    next-token distributions and the validation-loss change on held-out pretraining text, and the
+    relative change of the interface (max of ||dE||/||E||, ||dW_out||/||W_out||)."""
     rows = []
-    for mode, slot, kind, r in find_runs(post_root, "scores.json"):
-        p = _paper("table4", mode, slot, kind)
-        row = {"mode": mode, "slot": slot, "method": METHOD_NAME.get(kind, kind)}
-        for task in ("mbpp", "humaneval", "gsm8k", "svamp"):
-            row[task] = r["scores"].get(task)
-            row[f"paper_{task}"] = p.get(task)
-        row.update({k: v for k, v in r.get("side_effects", {}).items()})
-        row["standin_data"] = ", ".join(r.get("standin", [])) or "none"
+    for run in posttrain_runs(post_root):
+        p = _paper("table4", run["mode"], run["slot"], run["interface"])
+        row = {"mode": run["mode"], "slot": run["slot"], "method": METHOD_NAME.get(run["interface"], run["interface"])}
+        for task, r in run["lora"].items():
+            for t, v in r["scores"].items():
+                row[t] = v
+                row[f"paper_{t}"] = p.get(t)
+        for task, r in run["lora"].items():
+            fx = r["side_effects"]
+            row[f"gain_{task}"] = r["gain"]
+            row[f"kl_{task}"] = fx["kl"]
+            row[f"val_loss_change_{task}"] = fx["val_loss_change"]
+            row[f"interface_change_{task}"] = max(fx["embedding_change"], fx["head_change"])
+        row["standin_data"] = ", ".join(run["standin"]) or "none"
+        row["problems"] = "-".join(str(n) for n in (run["problems"][0], run["problems"][-1])) \
+            if len(run["problems"]) > 1 else str(run["problems"][0])
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -4,22 +4,30 @@ The tracking URI comes from `--tracking-uri` / the config, else `MLFLOW_TRACKING
 SQLite store in the project (`sqlite:///mlflow.db`). If the store cannot be reached (a server
 down, a locked file), the first failure is logged as a warning and tracking switches off for the
 rest of the run; `pit mlflow sync RUN_DIR` uploads the run folder later.
+
+`pit mlflow summary` logs the report stage (tables, figures, REPORT.md) as the run
+`summary-<profile>`; `pit runs` (pit/runs.py) lists a store's runs with their final metrics.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import fcntl
 import json
 import logging
 import math
 import os
+import re
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from pit.errors import PitError
+from pit.io import write_json
 
 log = logging.getLogger("pit.tracking")
 
@@ -90,6 +98,20 @@ class Tracker:
         exp = self._client.get_experiment_by_name(experiment)
         exp_id = exp.experiment_id if exp is not None else self._client.create_experiment(experiment)
         self.run_id = self._client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
+        self._close_orphans(exp_id, run_name, tags)
+
+    def _close_orphans(self, exp_id, run_name, tags):
+        """A job killed before its first checkpoint leaves its run RUNNING and restarts with a new one:
+        earlier RUNNING runs of the same name and tags are marked KILLED (tag `pit.superseded_by`), so
+        the store shows one live run per arm."""
+        if "'" in run_name:  # not expressible in a search filter; our run names never have one
+            return
+        stale = self._client.search_runs(
+            [exp_id], filter_string=f"attributes.run_name = '{run_name}' and attributes.status = 'RUNNING'")
+        for run in stale:
+            if run.info.run_id != self.run_id and all(run.data.tags.get(k) == str(v) for k, v in tags.items()):
+                self._client.set_tag(run.info.run_id, "pit.superseded_by", self.run_id)
+                self._client.set_terminated(run.info.run_id, status="KILLED")
 
     def _call(self, fn, *args):
         if not self.active:
@@ -124,8 +146,12 @@ class Tracker:
                 self._client.log_batch(self.run_id, metrics=items[i:i + 1000])
         self._call(go)
 
-    def log_artifact(self, path: str | Path) -> None:
-        self._call(lambda: self._client.log_artifact(self.run_id, str(path)))
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        self._call(lambda: self._client.log_artifact(self.run_id, str(path), artifact_path))
+
+    def log_artifacts(self, folder: str | Path, artifact_path: str | None = None) -> None:
+        """Every file under `folder`, as `artifact_path/...`."""
+        self._call(lambda: self._client.log_artifacts(self.run_id, str(folder), artifact_path))
 
     def set_tags(self, tags: dict[str, str]) -> None:
         self._call(lambda: [self._client.set_tag(self.run_id, k, str(v)) for k, v in tags.items()])
@@ -166,6 +192,92 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return 0
 
 
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
+
+
+def _metric_name(*parts: str) -> str:
+    return "/".join(re.sub(r"[^\w.\- ]+", "_", p).strip(" ./") or "_" for p in parts)
+
+
+def table_metrics(csv_path: str | Path) -> dict[str, float]:
+    """Our numeric cells of a table CSV (`paper_*` columns left out) as metrics named
+    `<table>/<row key>/<column>`, the row key being the row's leading text cells (e.g. teacher-256m-PIT)."""
+    csv_path = Path(csv_path)
+    lines = [line for line in csv_path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    metrics = {}
+    for row in csv.DictReader(lines):
+        values, key = {}, []
+        for col, cell in row.items():
+            try:
+                values[col] = float(cell)
+            except (TypeError, ValueError):
+                if not values:  # leading text cells name the row
+                    key.append(cell or "")
+        for col, value in values.items():
+            if not col.startswith("paper_") and math.isfinite(value):
+                metrics[_metric_name(csv_path.stem, "-".join(key) or "row", col)] = value
+    return metrics
+
+
+def log_summary(config: dict, tables: str | Path, figures: str | Path, report: str | Path, out: str | Path,
+                uri: str | None = None) -> dict:
+    """One MLflow run `summary-<profile>` in the profile's experiment: the tables, figures and report as
+    artifacts, the config as params (and `config.json`), the tables' numbers as metrics. Best effort like
+    training: an unreachable store is a warning and `out` records `logged: false`."""
+    profile = config.get("profile", "default")
+    settings = config.get("mlflow") or {}
+    uri = uri or settings.get("tracking_uri")
+    experiment = settings.get("experiment", f"pit-{profile}")
+    run_name = f"summary-{profile}"
+    paths = {"tables": Path(tables), "figures": Path(figures), "report": Path(report)}
+    for what, path in paths.items():
+        if not path.exists():
+            raise PitError(f"{what} {str(path)!r} does not exist (expected the report stage's outputs)")
+    record = {"run_name": run_name, "experiment": experiment, "tracking_uri": tracking_uri(uri), "run_id": None,
+              "logged": False}
+    if settings.get("enabled", True):
+        tracker = Tracker(uri, experiment, run_name, {"profile": profile, "role": "summary"})
+        tracker.log_params({"profile": profile, "git_commit": _git_commit() or "unknown", "config": config})
+        metrics = {}
+        for table in sorted(paths["tables"].glob("*.csv")):
+            metrics.update(table_metrics(table))
+        tracker.log_metrics([{"step": 0, **metrics}], tuple(metrics))
+        tracker.log_artifacts(paths["tables"], "tables")
+        tracker.log_artifacts(paths["figures"], "figures")
+        tracker.log_artifact(paths["report"])
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+            tracker.log_artifact(Path(tmp) / "config.json")
+        tracker.finish()
+        record.update(run_id=tracker.run_id, logged=tracker.active)
+    write_json(out, record)
+    return record
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    try:
+        config = json.loads(Path(args.config_file).read_text() if args.config_file else args.config)
+    except json.JSONDecodeError as err:
+        raise PitError(f"--config/--config-file is not JSON ({err}); expected the pipeline config as an object")
+    if not isinstance(config, dict):
+        raise PitError(f"--config must be a JSON object (the pipeline config), got {type(config).__name__}")
+    record = log_summary(config, args.tables, args.figures, args.report, args.out, args.tracking_uri)
+    if record["logged"]:
+        print(f"logged run {record['run_name']} ({record['run_id']}) in experiment {record['experiment']!r} "
+              f"of {record['tracking_uri']}")
+    else:
+        print(f"{record['run_name']}: not logged (MLflow disabled or the store was unreachable)")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("mlflow", help="MLflow utilities")
     s = p.add_subparsers(dest="mlflow_command", required=True)
@@ -173,3 +285,14 @@ def register(sub) -> None:
     q.add_argument("run_dirs", nargs="+")
     q.add_argument("--tracking-uri", default=None, help=f"default: $MLFLOW_TRACKING_URI or {DEFAULT_TRACKING_URI}")
     q.set_defaults(func=cmd_sync)
+    q = s.add_parser("summary", help="log the tables, figures and report as a run `summary-<profile>`")
+    src = q.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", help="the pipeline config as a JSON object (profile, mlflow, ...)")
+    src.add_argument("--config-file", help="the pipeline config as a JSON file")
+    q.add_argument("--tables", default="results/tables", help="folder of table files (default: results/tables)")
+    q.add_argument("--figures", default="results/figures", help="folder of figures (default: results/figures)")
+    q.add_argument("--report", default="results/REPORT.md", help="the report (default: results/REPORT.md)")
+    q.add_argument("--out", required=True, help="JSON record of the logged run (run id, store, experiment)")
+    q.add_argument("--tracking-uri", default=None,
+                   help=f"default: the config's mlflow.tracking_uri, else $MLFLOW_TRACKING_URI or {DEFAULT_TRACKING_URI}")
+    q.set_defaults(func=cmd_summary)

@@ -11,7 +11,8 @@ Optimisation: AdamW (decay on matrices of the blocks and on TT/untied tables; no
 biases, gates, L or Z), linear warmup then cosine decay to `min_lr`, gradient accumulation to a
 fixed global batch in tokens, clipping, seeded data order (window starts for step s come from
 `numpy.random.default_rng([seed, s])`, so a resumed run reads the same data), bf16 autocast on
-CUDA with the PIT T/L work in FP32. Under `torchrun` the same command runs DDP with the same
+CUDA with the PIT T/L work in FP32, the loss through the chunked fused head of `pit.loss` (no
+tokens x V logits). Under `torchrun` the same command runs DDP with the same
 global batch (each rank takes every world_size-th micro-batch).
 """
 
@@ -36,6 +37,7 @@ import torch.nn.functional as F
 
 from pit.errors import PitError
 from pit.io import atomic_path, sha256_file, write_json, write_text
+from pit.loss import linear_cross_entropy
 from pit.tying import InterfaceConfig
 
 log = logging.getLogger("pit.train")
@@ -177,6 +179,33 @@ def build_run_model(cfg: TrainConfig, vocab_size: int):
     return convert_teacher(teacher, iface)
 
 
+def head_input(model, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(g, M) with logits = g M^T for any model the project trains: the final hidden states h through the
+    interface's `head_input`, or h and the tied table of a plain GPT-2 (stand-in teachers)."""
+    from pit.models import PitForCausalLM
+
+    if isinstance(model, PitForCausalLM):
+        h, _ = model.hidden_states(inputs)
+    else:  # GPT-2 architecture: stand-in and converted teachers
+        h = model.transformer(inputs, use_cache=False).last_hidden_state
+    if hasattr(model, "interface"):
+        return model.interface.head_input(h)
+    return h, model.get_output_embeddings().weight
+
+
+class NextTokenLoss(torch.nn.Module):
+    """The training objective as the module that torch.compile and DDP wrap: mean next-token cross-entropy
+    of `model` through the chunked fused head (`pit.loss`), so the (tokens x V) logits never exist."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        g, M = head_input(self.model, inputs)
+        return linear_cross_entropy(g, M, targets)
+
+
 def interface_matrices(model):
     """(E, W_out) of any model the project trains (an interface, or HF's tied wte/lm_head)."""
     if hasattr(model, "interface"):
@@ -262,11 +291,18 @@ def load_checkpoint(ckpt: Path, model, optimizer, scheduler) -> dict:
     for f in sorted((ckpt / "model").glob("*.safetensors")):
         weights.update(load_file(f))
     own = model.state_dict()
-    bad = [k for k in own if k not in weights or weights[k].shape != own[k].shape]
+    # tied parameters (a tied GPT-2's lm_head.weight is transformer.wte.weight) are saved once
+    saved_as = {}
+    for k, v in own.items():
+        saved_as.setdefault((v.data_ptr(), v.shape), []).append(k)
+    tied = {k for k in own if k not in weights and own[k].numel()
+            and any(o in weights for o in saved_as[(own[k].data_ptr(), own[k].shape)])}
+    bad = [k for k in own if k not in tied and (k not in weights or weights[k].shape != own[k].shape)]
     if bad:
         raise PitError(f"checkpoint {str(ckpt)!r} does not match this run's model (e.g. {bad[0]}); "
                        "it was written by a run with another architecture or vocabulary")
-    model.load_state_dict({k: weights[k] for k in own}, strict=True)
+    missing, _ = model.load_state_dict({k: weights[k] for k in own if k not in tied}, strict=False)
+    assert set(missing) == tied, (missing, tied)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     torch.set_rng_state(state["rng_cpu"])
@@ -347,7 +383,7 @@ def train(cfg: TrainConfig, run_dir: str | Path) -> dict:
     model = build_run_model(cfg, vocab).to(device)
     model.train()
     optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay, cfg.lr, cfg.transform_lr_scale), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                                  eps=cfg.adam_eps, fused=device.type == "cuda")
+                                  eps=cfg.adam_eps, fused=True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
 
     run_name = cfg.run_name or run_dir.name
@@ -395,13 +431,12 @@ def train(cfg: TrainConfig, run_dir: str | Path) -> dict:
             if metrics_path.exists() else []
         write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in rows if r["step"] <= start_step))
 
+    step_loss = NextTokenLoss(model)
     if cfg.compile:
-        model = torch.compile(model)
-    ddp_model = model
+        step_loss = torch.compile(step_loss)
     if d.world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
-        ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    base = model._orig_mod if cfg.compile else model
+        step_loss = DDP(step_loss, device_ids=[device.index] if device.type == "cuda" else None)
 
     micro_total = accum * d.world
     last_step = cfg.max_steps if cfg.stop_after_steps is None else min(cfg.max_steps, cfg.stop_after_steps)
@@ -419,11 +454,10 @@ def train(cfg: TrainConfig, run_dir: str | Path) -> dict:
             batch = train_data.windows(starts[micro * cfg.micro_batch_size:(micro + 1) * cfg.micro_batch_size],
                                        cfg.seq_len).to(device)
             sync = d.world == 1 or i == accum - 1
-            ctx = nullcontext() if sync else ddp_model.no_sync()
+            ctx = nullcontext() if sync else step_loss.no_sync()
             with ctx:
                 with autocast:
-                    logits = ddp_model(batch[:, :-1], use_cache=False).logits
-                loss = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten()) / accum
+                    loss = step_loss(batch[:, :-1], batch[:, 1:]) / accum
                 loss.backward()
             loss_sum += loss.item()
         loss_value = all_reduce_mean(loss_sum, d)
@@ -446,9 +480,9 @@ def train(cfg: TrainConfig, run_dir: str | Path) -> dict:
             state["skipped"] += 1
         else:
             optimizer.step()
-            base_iface = getattr(base, "interface", None)
-            if base_iface is not None:
-                base_iface.after_optimizer_step()
+            interface = getattr(model, "interface", None)
+            if interface is not None:
+                interface.after_optimizer_step()
             optimizer.zero_grad(set_to_none=True)
         lr = scheduler.get_last_lr()[0]
         scheduler.step()
@@ -466,9 +500,9 @@ def train(cfg: TrainConfig, run_dir: str | Path) -> dict:
             if event:
                 row["event"] = event
             if (step + 1) % cfg.interface_every == 0 or step + 1 == cfg.max_steps:
-                row["delta_ti"] = delta_ti(base)
+                row["delta_ti"] = delta_ti(model)
             if (cfg.consistency_every and (step + 1) % cfg.consistency_every == 0) or step + 1 == cfg.max_steps:
-                row.update(consistency_metrics(base))
+                row.update(consistency_metrics(model))
             metrics_file.write(json.dumps(row) + "\n")
             metrics_file.flush()
             pending.append(row)
@@ -477,7 +511,7 @@ def train(cfg: TrainConfig, run_dir: str | Path) -> dict:
                 tracker.log_metrics(pending, METRIC_KEYS)
                 pending = []
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.max_steps and d.main:
-            save_checkpoint(run_dir, step + 1, base, optimizer, scheduler, state, cfg.keep_checkpoints)
+            save_checkpoint(run_dir, step + 1, model, optimizer, scheduler, state, cfg.keep_checkpoints)
         if d.world > 1:
             import torch.distributed as dist
             dist.barrier()
@@ -494,18 +528,18 @@ def train(cfg: TrainConfig, run_dir: str | Path) -> dict:
         rows = [json.loads(x) for x in metrics_path.read_text().splitlines() if x.strip()]
         tail = [r["loss"] for r in rows[-cfg.final_loss_window:] if math.isfinite(r["loss"])]
         final_loss = float(np.mean(tail)) if tail else float("nan")
-        val_loss = evaluate(base, val_data, cfg, device, autocast)
+        val_loss = evaluate(model, val_data, cfg, device, autocast)
         summary = {
             "run_name": run_name, "mode": cfg.mode, "interface": tags["interface"], "model": cfg.model,
             "steps": cfg.max_steps, "tokens": state["tokens"], "first_step_loss": state["first_loss"],
             "final_train_loss": final_loss, "final_train_ppl": math.exp(final_loss),
             "last_step_loss": rows[-1]["loss"], "val_loss": val_loss, "val_ppl": math.exp(val_loss),
             "runtime_s": state["runtime_s"], "peak_memory_mb": peak_memory_mb(device),
-            "delta_ti": delta_ti(base), "skipped_steps": state["skipped"], "final_loss_window": cfg.final_loss_window,
+            "delta_ti": delta_ti(model), "skipped_steps": state["skipped"], "final_loss_window": cfg.final_loss_window,
         }
         tokenizer = _load_tokenizer(cfg.tokenizer)
         with atomic_path(run_dir / "final") as tmp:
-            base.save_pretrained(tmp, safe_serialization=True)
+            model.save_pretrained(tmp, safe_serialization=True)
             if tokenizer is not None:
                 tokenizer.save_pretrained(tmp)
         write_json(run_dir / "summary.json", summary)

@@ -230,6 +230,7 @@ class PITTying(TokenInterface):
         self.log_diag = nn.Parameter(torch.zeros(dim))
         self.diag_clamp = diag_clamp
         self.retraction_eps = retraction_eps
+        self._inference_factors = None  # ((diag_clamp, L_offdiag, log_diag) as used, L, T): see `_factors`
 
     # ---- values -------------------------------------------------------------------------------
     @torch.no_grad()
@@ -275,15 +276,39 @@ class PITTying(TokenInterface):
     # ---- the transform ------------------------------------------------------------------------
     def cholesky_factor(self) -> torch.Tensor:
         """L = tril(L_offdiag, -1) + diag(exp(l)), in FP32 (diag optionally clamped)."""
+        if self._differentiable():
+            return self._cholesky_factor()
+        return self._factors()[0].clone()
+
+    def transform(self) -> torch.Tensor:
+        """T = L L^T (SPD), FP32."""
+        if self._differentiable():
+            L = self._cholesky_factor()
+            return L @ L.T
+        return self._factors()[1].clone()
+
+    def _cholesky_factor(self) -> torch.Tensor:
         log_diag = _at_least_fp32(self.log_diag)
         if self.diag_clamp is not None:
             log_diag = log_diag.clamp(math.log(self.diag_clamp[0]), math.log(self.diag_clamp[1]))
         return torch.tril(_at_least_fp32(self.L_offdiag), -1) + torch.diag_embed(log_diag.exp())
 
-    def transform(self) -> torch.Tensor:
-        """T = L L^T (SPD), FP32."""
-        L = self.cholesky_factor()
-        return L @ L.T
+    def _differentiable(self) -> bool:
+        return torch.is_grad_enabled() and (self.L_offdiag.requires_grad or self.log_diag.requires_grad)
+
+    @torch.no_grad()
+    def _factors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(L, T) without autograd (inference: decoding computes h T once per token, and T = L L^T costs d^3),
+        kept while diag_clamp and the values of L_offdiag and log_diag are those they were computed from
+        (compared by value, O(d^2), so every way of changing L is seen); bitwise equal to a fresh computation.
+        The public methods hand out copies, so no caller can change the kept ones."""
+        key = (self.diag_clamp, self.L_offdiag, self.log_diag)
+        kept = self._inference_factors
+        if kept is None or kept[0][0] != key[0] or not all(
+                a.device == b.device and a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(kept[0][1:], key[1:])):
+            L = self._cholesky_factor()
+            kept = self._inference_factors = ((key[0], *(p.detach().clone() for p in key[1:])), L, L @ L.T)
+        return kept[1], kept[2]
 
     # ---- the contract -------------------------------------------------------------------------
     def embed(self, ids: torch.Tensor) -> torch.Tensor:

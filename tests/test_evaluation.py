@@ -215,3 +215,37 @@ def test_cli_generates_and_scores(tmp_path):
     samples = [json.loads(line) for line in out.with_suffix(".samples.jsonl").read_text().splitlines()]
     assert result["n"] == len(samples) == 5 and result["model"] == str(ckpt)
     assert [s["task_id"] for s in samples] == [f"gsm8k/{i}" for i in range(5)]
+
+
+def test_cli_evaluates_several_tasks_with_one_model_load(tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from pit.data.tokenizers import build_tokenizer
+
+    ckpt = tmp_path / "ckpt"
+    build_tokenizer("gpt2", {"kind": "gpt2", "source": "package"}, ckpt)
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, n_positions=512)).save_pretrained(ckpt)
+    out = tmp_path / "eval"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = run_pit("evaluate", "gsm8k", "svamp", "--model", str(ckpt), "--out-dir", str(out), "--limit", "3",
+                   "--max-new-tokens", "4", "--json", "--label", "lora", "--run-name", "eval-x", "--experiment", "ev",
+                   "--tracking-uri", uri)
+    assert proc.returncode == 0, proc.stderr
+    printed = json.loads(proc.stdout)
+    assert sorted(printed) == ["gsm8k", "svamp"]
+    for task in ("gsm8k", "svamp"):
+        result = json.loads((out / f"{task}.json").read_text())
+        assert result == printed[task] and result["n"] == 3 and result["task"] == f"{task}-standin"
+        assert len((out / f"{task}.samples.jsonl").read_text().splitlines()) == 3
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("ev").experiment_id])
+    assert run.info.run_name == "eval-x" and run.info.status == "FINISHED"
+    assert run.data.metrics == {"lora/gsm8k/accuracy": printed["gsm8k"]["accuracy"],
+                                "lora/svamp/accuracy": printed["svamp"]["accuracy"]}
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"gsm8k.json", "svamp.json"}
+    proc = run_pit("evaluate", "gsm8k", "svamp", "--model", str(ckpt), "--out", str(tmp_path / "x.json"))
+    assert proc.returncode == 2 and "--out-dir" in proc.stderr
+    proc = run_pit("evaluate", "gsm8k", "nope", "--samples", str(tmp_path / "x.jsonl"))
+    assert proc.returncode == 2 and "unknown task(s) 'nope'" in proc.stderr

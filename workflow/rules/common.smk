@@ -82,3 +82,21 @@ def token_file(tokenizer, split):
 def token_sidecar(tokenizer, split):
     """The JSON sidecar of a token file."""
     return f"results/data/{tokenizer}/{split}.json"
+
+
+def job_resources(res):
+    """Snakemake `resources:` of a job from a config `resources` section ({threads, gpus, mem_mb,
+    runtime, partition}): `gpus` for local runs, and the names snakemake-executor-plugin-slurm reads
+    (`gpu` -> --gpus, `slurm_partition` -> --partition; mem_mb and runtime (minutes) as they are)."""
+    resources = {"gpus": res["gpus"], "gpu": res["gpus"], "mem_mb": res["mem_mb"], "runtime": res["runtime"]}
+    if res.get("partition"):
+        resources["slurm_partition"] = res["partition"]
+    return resources
+
+
+def pit_launcher(res):
+    """The command a GPU job runs `pit` with: plain `pit`, or, when the config asks for more than one
+    GPU, `torchrun` with one process per GPU (DDP; `pit train` and the checkpoints are unchanged)."""
+    if res["gpus"] > 1:
+        return "torchrun --standalone --nproc_per_node {resources.gpus} -m pit.cli"
+    return "pit"

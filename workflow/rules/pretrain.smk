@@ -88,15 +88,13 @@ rule pretrain_stand_in_teacher:
         out=lambda wc: stand_in_dir(wc.slot),
     threads: RES["threads"]
     resources:
-        gpus=RES["gpus"],
-        mem_mb=RES["mem_mb"],
-        runtime=RES["runtime"],
+        **job_resources(RES),
     log:
         log_path("pretrain", "stand_in_teacher_{slot}"),
     conda:
         ENV
     shell:
-        logged("pit train --spec {params.spec} --out {params.out} --threads {threads}")
+        logged(pit_launcher(RES) + " train --spec {params.spec} --out {params.out} --threads {threads}")
 
 
 rule pretrain:
@@ -118,15 +116,13 @@ rule pretrain:
         out=lambda wc: run_dir(wc.mode, wc.slot, wc.interface),
     threads: RES["threads"]
     resources:
-        gpus=RES["gpus"],
-        mem_mb=RES["mem_mb"],
-        runtime=RES["runtime"],
+        **job_resources(RES),
     log:
         log_path("pretrain", "{mode}_{slot}_{interface}"),
     conda:
         ENV
     shell:
-        logged("pit train --spec {params.spec} --out {params.out} --threads {threads}")
+        logged(pit_launcher(RES) + " train --spec {params.spec} --out {params.out} --threads {threads}")
 
 
 ALL_TARGETS += [run_dir(m, s, i) + "/summary.json" for m, s, i in pretrain_runs()]

@@ -55,8 +55,8 @@ rule table3:
 
 
 rule table4:
-    """Post-training scores: needs results/posttrain/<mode>/<slot>/<interface>/scores.json (the
-    post-training stage); without them it stops with a message saying so."""
+    input:
+        POSTTRAIN_OUTPUTS,
     output:
         **table_outputs("table4"),
     log:
@@ -118,9 +118,23 @@ rule figure_transition:
         logged(f"pit figure transition {{params.checkpoints}} {{params.prompts}} --profile {PROFILE} --out {{output}}")
 
 
+rule figure_side_effects:
+    input:
+        POSTTRAIN_OUTPUTS,
+    output:
+        report("results/figures/side_effects.png", caption="../report/side_effects.rst", category="Figures"),
+    log:
+        log_path("report", "figure_side_effects"),
+    conda:
+        ENV
+    shell:
+        logged(f"pit figure side-effects --runs results/posttrain --profile {PROFILE} --out {{output}}")
+
+
 FIGURES = ["results/figures/figure3_scratch_loss.png", "results/figures/figure4_teacher_loss.png",
-           "results/figures/interface_drift.png", "results/figures/figure2_transition.png"]
-TABLES = [f"results/tables/{t}.md" for t in ("table1", "table2", "table3")]
+           "results/figures/interface_drift.png", "results/figures/figure2_transition.png",
+           "results/figures/side_effects.png"]
+TABLES = [f"results/tables/{t}.md" for t in ("table1", "table2", "table3", "table4")]
 
 
 rule report_md:

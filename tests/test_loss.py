@@ -1,0 +1,142 @@
+"""Chunked fused linear + cross-entropy: the same loss and gradients as the naive path, no N x V tensor."""
+
+import pytest
+import torch
+
+from pit.errors import PitError
+from pit.loss import linear_cross_entropy, naive_linear_cross_entropy
+from pit.models import build_model
+from pit.train import NextTokenLoss
+from pit.tying import InterfaceConfig, make_interface
+
+ARMS = {"pit": InterfaceConfig(kind="pit"), "pit_trainable_z": InterfaceConfig(kind="pit", trainable_z=True),
+        "tt": InterfaceConfig(kind="tt"), "untied": InterfaceConfig(kind="untied")}
+TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
+
+
+def rel(a, b):
+    return ((a - b).norm() / b.norm()).item()
+
+
+def interface(arm, V=700, d=24, dtype=torch.float32):
+    iface = make_interface(ARMS[arm], V, d)
+    iface.reset_parameters(0)
+    iface.to(dtype)
+    if arm == "pit":  # move T away from I so the PIT path is really exercised
+        with torch.no_grad():
+            iface.L_offdiag.normal_(std=0.05)
+            iface.log_diag.normal_(std=0.1)
+    return iface
+
+
+def loss_and_grads(iface, loss_fn, ids, targets, mix):
+    """A loss through both ends of the interface (embedding and head), scaled by 3 so that the backward
+    pass sees a non-unit upstream gradient; returns the loss and every gradient."""
+    iface.zero_grad(set_to_none=True)
+    h = torch.tanh(iface.embed(ids) @ mix)
+    loss = loss_fn(*iface.head_input(h), targets)
+    (3 * loss).backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in iface.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("arm", list(ARMS))
+def test_loss_and_gradients_equal_naive(arm, dtype):
+    iface = interface(arm, dtype=dtype)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 700, (3, 100), generator=g)
+    targets = torch.randint(0, 700, (3, 100), generator=g)
+    targets[:, ::7] = -100  # ignored rows, in every chunk
+    mix = torch.randn(24, 24, generator=g, dtype=dtype) / 24**0.5 * 4
+    ref_loss, ref = loss_and_grads(iface, naive_linear_cross_entropy, ids, targets, mix)
+    loss, grads = loss_and_grads(iface, lambda g_, M, y: linear_cross_entropy(g_, M, y, chunk_size=64), ids, targets, mix)
+    assert loss.dtype == ref_loss.dtype
+    assert rel(loss, ref_loss) <= TOL[dtype]
+    assert grads.keys() == ref.keys() and ("Z" in grads) == (arm == "pit_trainable_z")
+    for name in ref:
+        assert rel(grads[name], ref[name]) <= TOL[dtype], name
+
+
+def test_all_ignored_gives_nan_loss_and_zero_gradients_like_cross_entropy():
+    g = torch.randn(10, 8, requires_grad=True)
+    M = torch.randn(50, 8, requires_grad=True)
+    targets = torch.full((10,), -100)
+    loss = linear_cross_entropy(g, M, targets, chunk_size=4)
+    loss.backward()
+    assert torch.isnan(loss) and torch.isnan(naive_linear_cross_entropy(g, M, targets))
+    assert torch.equal(g.grad, torch.zeros_like(g)) and torch.equal(M.grad, torch.zeros_like(M))
+
+
+def test_no_tokens_by_vocabulary_tensor_is_saved_and_frozen_table_gets_no_gradient():
+    N, V, d = 512, 1000, 16
+    g = torch.randn(N, d, requires_grad=True)
+    M = torch.randn(V, d)  # frozen, as PIT's Z
+    targets = torch.randint(0, V, (N,))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        loss = linear_cross_entropy(g, M, targets, chunk_size=128)
+    loss.backward()
+    assert max(saved) <= N * d < N * V  # only dg is kept: no logits, and no dM for a frozen table
+    assert rel(g.grad, torch.autograd.grad(naive_linear_cross_entropy(g, M, targets), g)[0]) <= 1e-5
+
+
+def test_autocast_bf16_matches_naive_under_autocast():
+    g = torch.randn(64, 32, requires_grad=True)
+    M = torch.randn(300, 32, requires_grad=True)
+    targets = torch.randint(0, 300, (64,))
+    grads = []
+    for fn in (linear_cross_entropy, naive_linear_cross_entropy):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = fn(g, M, targets)
+        grads.append((loss.float(), *torch.autograd.grad(loss, (g, M))))
+    assert grads[0][0].dtype == torch.float32
+    for a, b in zip(*grads):
+        assert rel(a.float(), b.float()) <= 1e-2
+
+
+def test_second_backward_through_the_same_graph_fails_loudly():
+    g = torch.randn(8, 4, requires_grad=True)
+    loss = linear_cross_entropy(g, torch.randn(20, 4), torch.randint(0, 20, (8,)))
+    (2 * loss).backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_bad_chunk_size_is_named():
+    with pytest.raises(PitError, match=r"chunk_size 0; expected an integer >= 1"):
+        linear_cross_entropy(torch.randn(4, 2), torch.randn(5, 2), torch.zeros(4, dtype=torch.long), chunk_size=0)
+
+
+@pytest.mark.parametrize("name,kind", [("scratch-tiny", "pit"), ("scratch-tiny", "tt"), ("scratch-tiny", "untied"),
+                                       ("gpt2-tiny", None)])
+def test_training_loss_of_every_model_equals_logits_cross_entropy(name, kind):
+    model = build_model(name, InterfaceConfig(kind=kind) if kind else None, vocab_size=500, seed=0).train()
+    batch = torch.randint(0, 500, (2, 33), generator=torch.Generator().manual_seed(0))
+    params = [p for p in model.parameters() if p.requires_grad]
+    loss = NextTokenLoss(model)(batch[:, :-1], batch[:, 1:])
+    grads = torch.autograd.grad(loss, params)
+    logits = model(batch[:, :-1], use_cache=False).logits
+    ref = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
+    ref_grads = torch.autograd.grad(ref, params)
+    assert rel(loss, ref) <= 1e-6
+    for a, b in zip(grads, ref_grads):
+        assert rel(a, b) <= 1e-5
+
+
+def test_converted_teacher_trains_like_the_teacher():
+    """PitGPT2LMHeadModel (TT; fused GELU backward, chunked loss) against transformers' GPT2LMHeadModel on the
+    same weights: equal loss and gradients."""
+    from pit.models import convert_teacher
+
+    teacher = build_model("gpt2-tiny", vocab_size=500, seed=0).train()
+    ours = convert_teacher(teacher, InterfaceConfig(kind="tt")).train()
+    batch = torch.randint(0, 500, (2, 33), generator=torch.Generator().manual_seed(0))
+    ref = torch.nn.functional.cross_entropy(teacher(batch[:, :-1]).logits.flatten(0, 1), batch[:, 1:].flatten())
+    ref.backward()
+    loss = NextTokenLoss(ours)(batch[:, :-1], batch[:, 1:])
+    loss.backward()
+    assert rel(loss, ref) <= 1e-6
+    grads = dict(ours.named_parameters())
+    for name, p in teacher.named_parameters():
+        mine = grads["interface.weight" if name == "transformer.wte.weight" else name].grad
+        assert rel(mine, p.grad) <= 1e-5, name
