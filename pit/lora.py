@@ -279,8 +279,6 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state
 
 def train_lora(cfg: LoraRunConfig, run_dir: str | Path) -> dict:
     """Run (or resume) one LoRA run; returns the summary ({} when stopped early on purpose)."""
-    from contextlib import nullcontext
-
     from safetensors.torch import load_file
     from tqdm.auto import tqdm
     from transformers import AutoTokenizer
@@ -288,15 +286,13 @@ def train_lora(cfg: LoraRunConfig, run_dir: str | Path) -> dict:
     from pit.checkpoint import load_model
     from pit.evaluation.tasks import load_task
     from pit.tracking import Tracker
-    from pit.train import git_commit, latest_checkpoint, lr_lambda, peak_memory_mb
+    from pit.train import git_commit, latest_checkpoint, lr_lambda, mixed_precision, peak_memory_mb, resolve_device
 
     run_dir = Path(run_dir)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if cfg.device == "auto" else cfg.device))
-    use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
+    device = resolve_device(cfg.device)
+    use_bf16, autocast = mixed_precision(cfg.precision, device)
     torch.manual_seed(cfg.seed)
 
     task = load_task(cfg.task, cfg.source, cfg.limit, split="train")

@@ -351,6 +351,19 @@ def evaluate(model, data, cfg: TrainConfig, device, autocast) -> float:
     return total / count
 
 
+def resolve_device(name: str) -> torch.device:
+    """`auto` = CUDA when available, else CPU; otherwise the named device."""
+    return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else ("cpu" if name == "auto" else name))
+
+
+def mixed_precision(precision: str, device: torch.device):
+    """(bf16?, autocast context): bf16 autocast for `bf16`, and for `auto` on CUDA; FP32 otherwise."""
+    from contextlib import nullcontext
+
+    use_bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
+    return use_bf16, torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
+
+
 def train(cfg: TrainConfig, run_dir: str | Path) -> dict:
     """Run (or resume) one training run; returns the summary."""
     from contextlib import nullcontext
@@ -363,14 +376,12 @@ def train(cfg: TrainConfig, run_dir: str | Path) -> dict:
     run_dir = Path(run_dir)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if cfg.device == "auto" else cfg.device))
+    device = resolve_device(cfg.device)
     d = init_distributed(device)
     if device.type == "cuda":
         device = torch.device("cuda", d.local_rank)
         torch.cuda.set_device(device)
-    use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
+    use_bf16, autocast = mixed_precision(cfg.precision, device)
 
     train_data, val_data = TokenFile(cfg.train_data), TokenFile(cfg.val_data)
     vocab = train_data.meta["vocab_size"]
