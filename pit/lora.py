@@ -40,7 +40,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pit.errors import PitError
+from pit.errors import PitError, config_from_dict
 from pit.io import atomic_path, sha256_file, write_json, write_text
 
 log = logging.getLogger("pit.lora")
@@ -111,14 +111,7 @@ class LoraRunConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "LoraRunConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise PitError(f"lora config: unknown keys {unknown}; expected a subset of {sorted(names)}")
-        missing = sorted({"base", "task"} - set(d))
-        if missing:
-            raise PitError(f"lora config: missing required keys {missing}")
-        return cls(**d)
+        return config_from_dict(cls, d, "lora config")
 
 
 # ---- data --------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pit.errors import PitError
+from pit.errors import PitError, config_from_dict
 from pit.io import atomic_path, sha256_file, write_json, write_text
 from pit.loss import linear_cross_entropy
 from pit.tying import InterfaceConfig
@@ -107,15 +107,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise PitError(f"train config: unknown keys {unknown}; expected a subset of {sorted(names)}")
-        missing = sorted(f.name for f in dataclasses.fields(cls)
-                         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in d)
-        if missing:
-            raise PitError(f"train config: missing required keys {missing}")
-        return cls(**d)
+        return config_from_dict(cls, d, "train config")
 
     def accumulation(self, world_size: int) -> int:
         """Micro-batches per optimizer step on each rank; the global batch must divide evenly."""
