@@ -40,7 +40,7 @@ import torch
 
 from pit.errors import PitError
 from pit.loss import linear_cross_entropy, naive_linear_cross_entropy
-from pit.tying import InterfaceConfig, PITTying, TransposeTying
+from pit.tying import InterfaceConfig, PITTying, TransposeTying, cpu_threads
 
 SCHEMA = "pit-bench/1"
 ARMS = {"pit": InterfaceConfig(kind="pit"), "pit_trainable_z": InterfaceConfig(kind="pit", trainable_z=True),
@@ -320,8 +320,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.threads is not None:
         if args.threads < 1:
             raise PitError(f"--threads {args.threads}; expected an integer >= 1")
-        torch.set_num_threads(args.threads)
-    result = run_bench(args.size, args.rounds, args.repeats, args.layers)
+    with cpu_threads(args.threads):
+        result = run_bench(args.size, args.rounds, args.repeats, args.layers)
     print(json.dumps(result, indent=2) if args.json else to_text(result))
     return 0
 

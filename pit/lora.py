@@ -271,7 +271,15 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state
 
 
 def train_lora(cfg: LoraRunConfig, run_dir: str | Path) -> dict:
-    """Run (or resume) one LoRA run; returns the summary ({} when stopped early on purpose)."""
+    """Run (or resume) one LoRA run on `cfg.threads` CPU threads; returns the summary ({} when stopped
+    early on purpose)."""
+    from pit.tying import cpu_threads
+
+    with cpu_threads(cfg.threads):
+        return _train_lora(cfg, run_dir)
+
+
+def _train_lora(cfg: LoraRunConfig, run_dir: str | Path) -> dict:
     from safetensors.torch import load_file
     from tqdm.auto import tqdm
     from transformers import AutoTokenizer
@@ -282,8 +290,6 @@ def train_lora(cfg: LoraRunConfig, run_dir: str | Path) -> dict:
     from pit.train import git_commit, latest_checkpoint, lr_lambda, mixed_precision, peak_memory_mb, resolve_device
 
     run_dir = Path(run_dir)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device)
     use_bf16, autocast = mixed_precision(cfg.precision, device)
     torch.manual_seed(cfg.seed)

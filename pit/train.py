@@ -357,7 +357,14 @@ def mixed_precision(precision: str, device: torch.device):
 
 
 def train(cfg: TrainConfig, run_dir: str | Path) -> dict:
-    """Run (or resume) one training run; returns the summary."""
+    """Run (or resume) one training run on `cfg.threads` CPU threads; returns the summary."""
+    from pit.tying import cpu_threads
+
+    with cpu_threads(cfg.threads):
+        return _train(cfg, run_dir)
+
+
+def _train(cfg: TrainConfig, run_dir: str | Path) -> dict:
     from contextlib import nullcontext
 
     from tqdm.auto import tqdm
@@ -366,8 +373,6 @@ def train(cfg: TrainConfig, run_dir: str | Path) -> dict:
     from pit.tracking import METRIC_KEYS, Tracker
 
     run_dir = Path(run_dir)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device)
     d = init_distributed(device)
     if device.type == "cuda":

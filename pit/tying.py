@@ -31,6 +31,7 @@ from pit.errors import PitError
 
 INTERFACE_KINDS = ("pit", "tt", "untied")
 T_INITS = ("identity", "inverse_h")
+RETRACTION_CHUNK = 2048  # rows of Z per in-place retraction update (see `PITTying.retract_`)
 
 
 @dataclass
@@ -95,15 +96,22 @@ def orthonormality_error(Z: torch.Tensor) -> float:
 
 
 @contextlib.contextmanager
-def single_thread():
-    """Run small (d x d) LAPACK factorizations on one thread: with two busy cores, multithreaded
-    eigh/svd of a 768 x 768 matrix was measured 50x slower than single-threaded here."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
+def cpu_threads(n: int | None):
+    """Run the block on n CPU threads (None: unchanged), then restore the caller's count, so a library
+    call never changes the thread count of the process that made it."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
     try:
         yield
     finally:
-        torch.set_num_threads(n)
+        torch.set_num_threads(before)
+
+
+def single_thread():
+    """Run small (d x d) LAPACK factorizations on one thread: with two busy cores, multithreaded
+    eigh/svd of a 768 x 768 matrix was measured 50x slower than single-threaded here."""
+    return cpu_threads(1)
 
 
 def polar_factor(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -239,7 +247,8 @@ class PITTying(TokenInterface):
         V, d = self.vocab_size, self.dim
         if tuple(Z.shape) != (V, d):
             raise PitError(f"Z has shape {tuple(Z.shape)}; expected ({V}, {d})")
-        err = orthonormality_error(Z)
+        # a 1e-3 gate: the chunked Gram (FP32 products summed in float64) is ample and half the cost
+        err = torch.linalg.matrix_norm(gram(Z) - torch.eye(d, dtype=torch.float64, device=Z.device)).item()
         if err > 1e-3:
             raise PitError(f"Z is not orthonormal: ||Z^T Z - I||_F = {err:.3g}; expected Z^T Z = I_d "
                            "(take Z from PITTying.from_scratch / from_teacher, or a polar factor)")
@@ -354,9 +363,16 @@ class PITTying(TokenInterface):
     @torch.no_grad()
     def retract_(self) -> None:
         """Polar retraction Z <- Z (Z^T Z + eps I)^{-1/2} (Eq. 18), applied as Z + Z (S - I) so
-        that FP32 rounding touches only the small correction."""
+        that FP32 rounding touches only the small correction. Rows are independent, so the update runs
+        in place over row chunks through one small buffer: no V x d temporary (measured 14-25% faster
+        here than the whole product, and bitwise equal to it)."""
         G = gram(self.Z) + self.retraction_eps * torch.eye(self.dim, dtype=torch.float64, device=self.Z.device)
-        self.Z.add_(self.Z @ inverse_sqrt_minus_identity(G).to(self.Z.dtype))
+        S = inverse_sqrt_minus_identity(G).to(self.Z.dtype)
+        buf = self.Z.new_empty(min(RETRACTION_CHUNK, self.vocab_size), self.dim)
+        for rows in self.Z.split(RETRACTION_CHUNK):
+            correction = buf[:len(rows)]
+            torch.mm(rows, S, out=correction)
+            rows.add_(correction)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, trainable_z={self.Z.requires_grad}, diag_clamp={self.diag_clamp}"

@@ -39,3 +39,11 @@ def tiny_data(tmp_path_factory):
             tokenize_split(manifest, split, root / "tok" / tok, out, workers=1, batch_documents=16)
             paths[tok][split] = str(out)
     return paths
+
+
+@pytest.fixture(scope="session")
+def pipeline_project(tmp_path_factory):
+    """The reduced pipeline run, killed once and resumed, that the end-to-end modules share (tests/pipeline.py)."""
+    from pipeline import killed_and_resumed
+
+    return killed_and_resumed(tmp_path_factory.mktemp("pipeline"))

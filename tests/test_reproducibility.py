@@ -10,7 +10,7 @@ a temporary project (a git repository holding a copy of the workflow, the code a
   and artifacts; `pit runs` lists them;
 - --keep-going: a failing arm does not stop an independent one, and its log says why.
 
-The interrupted-and-resumed pipeline run is the one run the module shares.
+The interrupted-and-resumed pipeline run is the one the end-to-end tests share (tests/pipeline.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -32,131 +31,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_workflow_data import ROOT, job_counts
-from test_workflow_pretrain import reduced
+from pipeline import Project, job_outputs, mtimes, run, snakemake_cmd
+from test_workflow_data import job_counts
 
 pytestmark = pytest.mark.slow
 
-# What a clone of the repository holds that the pipeline and DVC need (dvc.yaml's deps included).
-PROJECT_FILES = ["Snakefile", "workflow", "pit", "envs", "dvc.yaml", ".dvc/config", ".dvc/.gitignore", ".dvcignore"]
-LOCAL_PROFILE = "workflow/profiles/local"
-GIT_ID = {"GIT_AUTHOR_NAME": "test", "GIT_AUTHOR_EMAIL": "test@example.org", "GIT_COMMITTER_NAME": "test",
-          "GIT_COMMITTER_EMAIL": "test@example.org"}
 
-
-def tiny(config: dict) -> dict:
-    """The pretraining test's reduced profile, with post-training cut to one task and a few problems."""
-    reduced(config)
-    post = config.get("posttrain")
-    if post:
-        task = "gsm8k" if "gsm8k" in post["tasks"] else next(iter(post["tasks"]))
-        post["tasks"] = {task: []}
-        post["lora"].update({k: v for k, v in dict(max_steps=2, batch_size=2, seq_len=32, checkpoint_every=1,
-                                                  side_effect_windows=2).items() if k in post["lora"]})
-        post["evaluate"].update({k: v for k, v in dict(limit=2, max_new_tokens=8).items() if k in post["evaluate"]})
-    return config
-
-
-def run(cmd: list[str], cwd: Path, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return proc
-
-
-def snakemake_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "snakemake", "--profile", LOCAL_PROFILE, *args]
-
-
-def dvc(project: "Project", *args: str, cwd: Path | None = None, env: dict | None = None) -> str:
+def dvc(project: Project, *args: str, cwd: Path | None = None, env: dict | None = None) -> str:
     proc = run([sys.executable, "-m", "dvc", *args], cwd or project.root, env={**project.env, **(env or {})})
     return proc.stdout + proc.stderr
 
 
-class Project:
-    """A temporary project; HOME points into the temporary folder, so the default DVC remote
-    (~/.cache/pit-repro/dvc-remote in .dvc/config) is the test's own."""
-
-    def __init__(self, root: Path, home: Path):
-        self.root, self.home = root, home
-        self.env = os.environ | GIT_ID | {"HF_HUB_OFFLINE": "1", "DVC_NO_ANALYTICS": "1"}
-        self.dvc_env = self.env | {"HOME": str(home)}
-
-    @property
-    def remote(self) -> Path:
-        return self.home / ".cache/pit-repro/dvc-remote"
-
-
-def make_project(root: Path, home: Path) -> Project:
-    root.mkdir(parents=True)
-    for name in PROJECT_FILES:
-        src, dst = ROOT / name, root / name
-        if src.is_dir():
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dst)
-    config = tiny(yaml.safe_load((ROOT / "config.yaml").read_text()))
-    (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    shutil.copy2(ROOT / ".gitignore", root / ".gitignore")
-    project = Project(root, home)
-    run(["git", "init", "-q"], root)
-    run(["git", "add", "-A"], root)
-    run(["git", "commit", "-qm", "project"], root, project.env)
-    return project
-
-
-# --- the shared run: killed once the first training job finished, then resumed ----------------------
-
-JOB_RE = re.compile(r"^\s*(?:local)?rule (\w+):\n(?:\s+\w+: .*\n)*?\s+output: (.*)\n(?:\s+\w+: .*\n)*?\s+jobid: (\d+)$", re.M)
-
-
-def job_outputs(log: str) -> dict[int, tuple[str, list[str]]]:
-    """{jobid: (rule, outputs)} of the jobs a Snakemake log started."""
-    return {int(m[3]): (m[1], [p.strip() for p in m[2].split(",")]) for m in JOB_RE.finditer(log)}
-
-
-def finished_jobs(log: str) -> list[int]:
-    return [int(n) for n in re.findall(r"Finished jobid: (\d+) ", log)]
-
-
-def mtimes(root: Path, paths: list[str]) -> dict[str, int]:
-    out = {}
-    for p in paths:
-        path = root / p
-        files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
-        for f in files:
-            out[str(f.relative_to(root))] = f.stat().st_mtime_ns
-    return out
-
-
 @pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Project:
-    tmp = tmp_path_factory.mktemp("repro")
-    project = make_project(tmp / "project", tmp / "home")
-    log_path = tmp / "first.log"
-    with open(log_path, "w") as log:
-        first = subprocess.Popen(snakemake_cmd(), cwd=project.root, env=project.env, stdout=log,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 600
-    try:
-        while not re.search(r"Finished jobid: \d+ \(Rule: pretrain", log_path.read_text()):
-            assert first.poll() is None, f"the pipeline ended before any training job finished:\n{log_path.read_text()}"
-            assert time.monotonic() < deadline, "no training job finished in 10 minutes"
-            time.sleep(0.2)
-    finally:
-        os.killpg(first.pid, signal.SIGKILL)  # Snakemake and every job it started: a crash, no clean-up
-        first.wait()
-    first_log = log_path.read_text()
-    started = job_outputs(first_log)
-    done = [started[j] for j in finished_jobs(first_log)]
-    done_outputs = [p for _, outputs in done for p in outputs]
-    project.killed = {"log": first_log, "finished": done, "mtimes": mtimes(project.root, done_outputs)}
-    project.total_jobs = sum(job_counts(first_log).values())  # the whole DAG, printed when the run started
-
-    run(snakemake_cmd("--unlock"), project.root, project.env)  # a SIGKILLed Snakemake leaves its lock
-    project.resumed = run(snakemake_cmd("--rerun-incomplete"), project.root, project.env)
-    return project
+def project(pipeline_project) -> Project:
+    return pipeline_project
 
 
 def test_killed_pipeline_resumes_without_redoing_finished_jobs(project):

@@ -86,7 +86,9 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tiny_data, tmp_path):
 def test_ddp_two_processes_match_single_process(tiny_data, tmp_path):
     s = spec(tiny_data, max_steps=5, global_batch_tokens=512, micro_batch_size=4, threads=1)
     single = tmp_path / "single"
+    threads = torch.get_num_threads()
     train(TrainConfig.from_dict(s), single)
+    assert torch.get_num_threads() == threads, "train() must restore the caller's thread count"
     ddp = tmp_path / "ddp"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
                 f"--master_port={free_port()}", "-m", "pit.cli", "train", "--spec", json.dumps(s), "--out", str(ddp)]

@@ -22,13 +22,14 @@ def anisotropic_embedding(V, d, seed=0):
 
 
 def train_steps(iface, steps=50, tokens=64, seed=0, lr=1e-3):
-    """AdamW on a random LM loss through both ends of the interface; checks at the first, middle
-    and last step."""
+    """Fused AdamW (as `pit train`) on a random LM loss through both ends of the interface; returns
+    Delta_TI after the last step and the worst ||Z^T Z - I||_F of a trainable Z at the first, middle and
+    last step (a frozen Z cannot move: the caller checks it is unchanged)."""
     g = torch.Generator().manual_seed(seed)
     mix = torch.randn(iface.dim, iface.dim, generator=g) / iface.dim**0.5
     params = [p for p in iface.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    worst_delta, worst_orth = 0.0, 0.0
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, fused=True)
+    worst_orth = 0.0
     for step in range(steps):
         ids = torch.randint(0, iface.vocab_size, (tokens,), generator=g)
         targets = torch.randint(0, iface.vocab_size, (tokens,), generator=g)
@@ -38,11 +39,9 @@ def train_steps(iface, steps=50, tokens=64, seed=0, lr=1e-3):
         loss.backward()
         opt.step()
         iface.after_optimizer_step()
-        if step in (0, steps // 2, steps - 1):
-            worst_delta = max(worst_delta, iface.delta_ti())
-            if isinstance(iface, PITTying):
-                worst_orth = max(worst_orth, orthonormality_error(iface.Z))
-    return worst_delta, worst_orth
+        if isinstance(iface, PITTying) and iface.Z.requires_grad and step in (0, steps // 2, steps - 1):
+            worst_orth = max(worst_orth, orthonormality_error(iface.Z))
+    return iface.delta_ti(), worst_orth
 
 
 @pytest.mark.slow
@@ -60,8 +59,8 @@ def test_pseudo_inverse_holds_through_init_and_training(V, d):
         assert orthonormality_error(teacher.Z) < 1e-5, t_init
 
     frozen = PITTying.from_tensors(Z0)
-    delta, orth = train_steps(frozen)
-    assert delta < 1e-4 and orth < 1e-5
+    delta, _ = train_steps(frozen)
+    assert delta < 1e-4
     assert torch.equal(frozen.Z, Z0), "a frozen Z must not move"
     assert not torch.allclose(frozen.cholesky_factor(), torch.eye(d)), "L must train"
 
