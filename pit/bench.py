@@ -38,6 +38,8 @@ from pathlib import Path
 
 import torch
 
+from pit.allocator import policy as allocator_policy
+from pit.allocator import retain_freed_memory
 from pit.errors import PitError
 from pit.loss import linear_cross_entropy, naive_linear_cross_entropy
 from pit.tying import InterfaceConfig, PITTying, TransposeTying, cpu_threads
@@ -119,7 +121,8 @@ def flops_per_token(model, seq_len: int) -> float:
 # ---- training steps ----------------------------------------------------------------------------
 class TrainStep:
     """One optimizer step of `pit train` on a fixed batch: loss(inputs, targets), backward, clipping at 1,
-    fused AdamW (pit.train's parameter groups), the interface's after-step hook, zero_grad."""
+    fused AdamW (pit.train's parameter groups), then `pit.train.optimizer_update` (the interface's after-step
+    hook, zero_grad)."""
 
     def __init__(self, model, loss, batch: torch.Tensor):
         from pit.train import param_groups
@@ -128,13 +131,11 @@ class TrainStep:
         self.optimizer = torch.optim.AdamW(param_groups(model, 0.1, 1e-4), lr=1e-4, fused=True)
 
     def __call__(self) -> None:
+        from pit.train import optimizer_update
+
         self.loss(self.batch[:, :-1], self.batch[:, 1:]).backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.optimizer.step()
-        iface = getattr(self.model, "interface", None)
-        if iface is not None:
-            iface.after_optimizer_step()
-        self.optimizer.zero_grad(set_to_none=True)
+        optimizer_update(self.optimizer, getattr(self.model, "interface", None))
 
 
 def hf_labels_loss(model):
@@ -286,7 +287,8 @@ def run_bench(size: str = "default", rounds: int = 3, repeats: int = 1, layers: 
     result = {
         "schema": SCHEMA,
         "machine": {"torch": torch.__version__, "threads": torch.get_num_threads(),
-                    "cpu": platform.processor() or platform.machine(), "python": platform.python_version()},
+                    "cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
+                    "malloc": allocator_policy()},
         "settings": {"size": size, "rounds": rounds, "repeats": repeats, "layers": layers, **asdict(s)},
         "gemm_peak": {"n": s.gemm_n, "flop_per_s": max(r["gemm_flop_per_s"] for r in train + reference)},
         "train": train, "reference": reference,
@@ -317,6 +319,7 @@ def to_text(r: dict) -> str:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    retain_freed_memory()  # measure the step as `pit train` runs it (pit/allocator.py)
     if args.threads is not None:
         if args.threads < 1:
             raise PitError(f"--threads {args.threads}; expected an integer >= 1")

@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from pit.allocator import retain_freed_memory
 from pit.errors import PitError, config_from_dict
 from pit.io import atomic_path, sha256_file, write_json, write_text
 
@@ -287,7 +287,8 @@ def _train_lora(cfg: LoraRunConfig, run_dir: str | Path) -> dict:
     from pit.checkpoint import load_model
     from pit.evaluation.tasks import load_task
     from pit.tracking import Tracker
-    from pit.train import git_commit, latest_checkpoint, lr_lambda, mixed_precision, peak_memory_mb, resolve_device
+    from pit.train import (NextTokenLoss, git_commit, latest_checkpoint, lr_lambda, mixed_precision, optimizer_update,
+                           peak_memory_mb, resolve_device)
 
     run_dir = Path(run_dir)
     device = resolve_device(cfg.device)
@@ -361,6 +362,7 @@ def _train_lora(cfg: LoraRunConfig, run_dir: str | Path) -> dict:
     write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in rows if r["step"] <= start_step))
 
     base_iface = model.get_base_model().interface
+    step_loss = NextTokenLoss(model.get_base_model())  # peft's LoRA layers sit inside the base model's modules
     last_step = cfg.max_steps if cfg.stop_after_steps is None else min(cfg.max_steps, cfg.stop_after_steps)
     pending = []
     with open(metrics_path, "a") as metrics_file:
@@ -370,15 +372,11 @@ def _train_lora(cfg: LoraRunConfig, run_dir: str | Path) -> dict:
             pick = np.random.default_rng([cfg.seed, step]).integers(0, len(examples), size=cfg.batch_size)
             inputs, labels = make_batch([examples[i] for i in pick], tokenizer.eos_token_id)
             inputs, labels = inputs.to(device), labels.to(device)
-            with autocast:
-                logits = model(input_ids=inputs, use_cache=False).logits
-            loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
+            with autocast:  # the chunked fused loss of pit train (pit/loss.py): no (tokens x V) logits
+                loss = step_loss(inputs, labels)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(trainable, cfg.grad_clip).item()
-            optimizer.step()
-            if cfg.train_interface:
-                base_iface.after_optimizer_step()
-            optimizer.zero_grad(set_to_none=True)
+            optimizer_update(optimizer, base_iface if cfg.train_interface else None)
             lr = scheduler.get_last_lr()[0]
             scheduler.step()
             dt = time.perf_counter() - t0
@@ -425,6 +423,7 @@ def _train_lora(cfg: LoraRunConfig, run_dir: str | Path) -> dict:
 
 # ---- CLI ---------------------------------------------------------------------------------------
 def cmd_train(args: argparse.Namespace) -> int:
+    retain_freed_memory()  # pit/allocator.py (PIT_MALLOC=system opts out)
     spec = json.loads(Path(args.spec_file).read_text()) if args.spec_file else json.loads(args.spec)
     if args.threads is not None:
         spec["threads"] = args.threads

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from pit.allocator import retain_freed_memory
 from pit.errors import PitError, config_from_dict
 from pit.io import atomic_path, sha256_file, write_json, write_text
 from pit.loss import linear_cross_entropy
@@ -245,6 +246,15 @@ def param_groups(model, weight_decay: float, lr: float = 1e-3, transform_lr_scal
     if transform:
         groups.append({"params": transform, "weight_decay": 0.0, "lr": lr * transform_lr_scale})
     return groups
+
+
+def optimizer_update(optimizer, interface) -> None:
+    """The update that ends every training step (pit train, pit lora, pit bench): the optimizer step, the
+    interface's after-step hook (PIT: polar retraction of a trainable Z, Eq. 18; None: no interface), zero_grad."""
+    optimizer.step()
+    if interface is not None:
+        interface.after_optimizer_step()
+    optimizer.zero_grad(set_to_none=True)
 
 
 def lr_lambda(cfg: TrainConfig):
@@ -487,11 +497,7 @@ def _train(cfg: TrainConfig, run_dir: str | Path) -> dict:
             optimizer.zero_grad(set_to_none=True)
             state["skipped"] += 1
         else:
-            optimizer.step()
-            interface = getattr(model, "interface", None)
-            if interface is not None:
-                interface.after_optimizer_step()
-            optimizer.zero_grad(set_to_none=True)
+            optimizer_update(optimizer, getattr(model, "interface", None))
         lr = scheduler.get_last_lr()[0]
         scheduler.step()
         if math.isfinite(loss_value) and event is None:
@@ -577,6 +583,7 @@ def _load_tokenizer(path: str):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    retain_freed_memory()  # pit/allocator.py: no page faults from per-step tensors (PIT_MALLOC=system opts out)
     if args.spec_file:
         spec = json.loads(Path(args.spec_file).read_text())
     else:

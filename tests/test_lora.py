@@ -101,6 +101,30 @@ def test_resumed_run_matches_uninterrupted_run(tiny_data, tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.parametrize("family,kind", [("scratch", "pit"), ("teacher", "tt")])
+def test_first_loss_is_the_cross_entropy_of_the_logits_on_target_tokens(family, kind, tiny_data, tmp_path):
+    """The chunked fused loss of a LoRA step equals F.cross_entropy of the model's logits on the step's
+    batch (targets only, prompts and padding ignored); at step 1 LoRA's B = 0, so the model is the base."""
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from pit.evaluation.tasks import load_task
+    from pit.lora import encode_examples, make_batch
+
+    base = make_base(tiny_data, tmp_path / "base", family, kind)
+    cfg = lora_spec(base, tiny_data, family, max_steps=1, warmup_steps=0, dropout=0.0)
+    train_lora(cfg, tmp_path / "run")
+    logged = json.loads((tmp_path / "run/metrics.jsonl").read_text().splitlines()[0])["loss"]
+
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    examples = encode_examples(load_task(cfg.task, cfg.source, cfg.limit, split="train"), tokenizer, cfg.seq_len)
+    pick = np.random.default_rng([cfg.seed, 0]).integers(0, len(examples), size=cfg.batch_size)
+    inputs, labels = make_batch([examples[i] for i in pick], tokenizer.eos_token_id)
+    assert (labels == -100).any() and (labels != -100).any()
+    expected = F.cross_entropy(logits(load_model(base), inputs).flatten(0, 1), labels.flatten(), ignore_index=-100)
+    assert logged == pytest.approx(expected.item(), rel=1e-5)
+
+
 def test_trained_interface_is_saved_with_the_adapter(tiny_data, tmp_path):
     """train_interface: PIT trains L (Z stays frozen and orthonormal); merge restores it from the adapter."""
     base = make_base(tiny_data, tmp_path / "base", "scratch", "pit")
