@@ -1,10 +1,10 @@
 """Before/after of the hot-path work: the training step and decoding of an older commit against this tree.
 
-    python benchmarks/bench_before_after.py [--ref HEAD] [--rounds 3] [--layers 2] [--json]
+    python benchmarks/bench_before_after.py [--ref 54304df] [--rounds 3] [--layers 2] [--json]
 
 Two variants, each timed in its own child process; the children alternate (before, after, before, ...) for
 `--rounds` rounds and every measurement keeps its best round, so machine-load drift hits both:
-  before  `git archive REF` (by default the last commit, without uncommitted changes): pit train's step of
+  before  `git archive REF` (by default 54304df, the commit before the hot-path work): pit train's step of
           that commit (logits, then F.cross_entropy; AdamW as it built it);
   after   this tree: pit train's step now (`pit.bench.TrainStep`: chunked fused loss, fused AdamW).
 Measurements: the step of the 133M-shaped scratch model (`--layers` blocks, V = 50257) for PIT and TT, the
@@ -86,7 +86,7 @@ def child(variant: str, layers: int) -> dict:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ref", default="HEAD", help="git revision of the 'before' tree")
+    ap.add_argument("--ref", default="54304df", help="git revision of the 'before' tree (default: the commit before the hot-path work)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--json", action="store_true")
