@@ -12,19 +12,16 @@ Results: benchmarks/out/bench_ablations.json.
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 import torch
 from transformers.activations import NewGELUActivation
 
+from common import save_result
 from pit.bench import time_arms
 from pit.models import build_model
 from pit.models.teacher import TanhGELU
 from pit.train import param_groups
 from pit.tying import InterfaceConfig
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def optimizer_arms():
@@ -62,11 +59,8 @@ def main(argv=None):
         old = next(iter(seconds.values()))
         result["ms"].update({k: v * 1e3 for k, v in seconds.items()})
         result.setdefault("new_over_old", {}).update({k: v / old for k, v in list(seconds.items())[1:]})
-    out = ROOT / "benchmarks/out/bench_ablations.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    save_result("bench_ablations", result, args.json)
     if args.json:
-        print(json.dumps(result, indent=2))
         return
     for k, v in result["ms"].items():
         print(f"{k:28s} {v:8.1f} ms" + (f"   {result['new_over_old'][k]:.3f} x old" if k in result["new_over_old"] else ""))

@@ -17,9 +17,8 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
+from common import save_result
 
-ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ("system", "retain")
 
 
@@ -72,11 +71,8 @@ def main(argv=None) -> None:
                   "system": best["system"]["hf_gpt2"]["step_s"] / best["system"]["ours_tt"]["step_s"],
                   "retain": best["retain"]["hf_gpt2"]["step_s"] / best["retain"]["ours_tt"]["step_s"],
                   "pit_retain_vs_plain_system": best["system"]["hf_gpt2"]["step_s"] / best["retain"]["ours_tt"]["step_s"]}}
-    out = ROOT / "benchmarks/out/bench_allocator.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    save_result("bench_allocator", result, args.json)
     if args.json:
-        print(json.dumps(result, indent=2))
         return
     for arm in best["system"]:
         s, r = best["system"][arm], best["retain"][arm]

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import save_result
+
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("before", "after")
 
@@ -112,11 +114,8 @@ def main(argv=None) -> None:
                     best[variant][key] = min(best[variant].get(key, float("inf")), value)
     result = {"ref": args.ref, "layers": args.layers, "rounds": args.rounds, "seconds": best,
               "after_over_before": {v: {k: best[v][k] / best["before"][k] for k in best["before"]} for v in VARIANTS}}
-    out = ROOT / "benchmarks/out/bench_before_after.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    save_result("bench_before_after", result, args.json)
     if args.json:
-        print(json.dumps(result, indent=2))
         return
     for key in best["before"]:
         print(f"{key:28s} " + "  ".join(f"{v} {best[v][key] * 1e3:9.1f} ms ({best[v][key] / best['before'][key]:.3f})"

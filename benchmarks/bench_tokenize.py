@@ -10,13 +10,13 @@ built it) and writes the numbers to benchmarks/out/bench_tokenize.json.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
+from common import save_result
 from pit.data.download import download, iter_text_batches
 from pit.data.tokenize import tokenize_split
 from pit.data.tokenizers import build_tokenizer, tiktoken_gpt2
@@ -62,9 +62,7 @@ def main() -> None:
     )
     for label, rate in results.items():
         print(f"{label:<36} {rate:8.2f} MB/s")
-    out = ROOT / "benchmarks/out/bench_tokenize.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"megabytes": megabytes, "mb_per_s": results}, indent=2) + "\n")
+    save_result("bench_tokenize", {"megabytes": megabytes, "mb_per_s": results}, False)
 
 
 if __name__ == "__main__":

@@ -108,14 +108,17 @@ def finished_jobs(log: str) -> list[int]:
     return [int(n) for n in re.findall(r"Finished jobid: (\d+) ", log)]
 
 
-def mtimes(root: Path, paths: list[str]) -> dict[str, int]:
-    out = {}
+def files_under(root: Path, paths: list[str]) -> list[Path]:
+    """The files of `paths` (files, or folders walked recursively), relative to `root`, in sorted order."""
+    out = []
     for p in paths:
         path = root / p
-        files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
-        for f in files:
-            out[str(f.relative_to(root))] = f.stat().st_mtime_ns
+        out += [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
     return out
+
+
+def mtimes(root: Path, paths: list[str]) -> dict[str, int]:
+    return {str(f.relative_to(root)): f.stat().st_mtime_ns for f in files_under(root, paths)}
 
 
 def killed_and_resumed(tmp: Path) -> Project:

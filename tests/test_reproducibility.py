@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import Project, job_outputs, mtimes, run, snakemake_cmd
+from pipeline import Project, files_under, job_outputs, mtimes, run, snakemake_cmd
 from test_workflow_data import job_counts
 
 pytestmark = pytest.mark.slow
@@ -99,13 +99,7 @@ def dvc_outs(root: Path) -> list[str]:
 
 
 def tree_hashes(root: Path, paths: list[str]) -> dict[str, str]:
-    out = {}
-    for p in paths:
-        path = root / p
-        files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
-        for f in files:
-            out[str(f.relative_to(root))] = hashlib.sha256(f.read_bytes()).hexdigest()
-    return out
+    return {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files_under(root, paths)}
 
 
 @pytest.fixture(scope="module")
