@@ -1,10 +1,10 @@
-"""One hot-path change at a time, old and new side by side in one process (`pit.bench.time_arms`).
+"""One hot-path change at a time, old and new side by side in one process (`pit.training.bench.time_arms`).
 
     python benchmarks/bench_ablations.py [--rounds 5] [--json]
 
 - optimizer: AdamW step over the parameters of the 133M-shaped model (2 blocks, TT, V = 50257),
   for-loop (torch's CPU default) vs fused;
-- logits GEMM: (1024 x 768) @ (768 x 50257) into rows of 50257 elements vs rows padded to 50272 (`pit.loss`);
+- logits GEMM: (1024 x 768) @ (768 x 50257) into rows of 50257 elements vs rows padded to 50272 (`pit.core.loss`);
 - GPT-2 activation: forward + backward on 1024 x 3072, transformers' NewGELUActivation vs `TanhGELU`.
 Results: benchmarks/out/bench_ablations.json.
 """
@@ -14,28 +14,33 @@ from __future__ import annotations
 import argparse
 
 import torch
+from common import save_result
 from transformers.activations import NewGELUActivation
 
-from common import save_result
-from pit.bench import time_arms
+from pit.core.interfaces import InterfaceConfig
 from pit.models import build_model
 from pit.models.teacher import TanhGELU
-from pit.train import param_groups
-from pit.tying import InterfaceConfig
+from pit.training.bench import time_arms
+from pit.training.optim import param_groups
 
 
 def optimizer_arms():
     model = build_model("scratch-133m", InterfaceConfig(kind="tt"), vocab_size=50257, seed=0, num_hidden_layers=2)
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 1e-3
-    optimizers = {f"adamw_{kind}": torch.optim.AdamW(param_groups(model, 0.1, 1e-4), lr=1e-4, fused=kind == "fused")
-                  for kind in ("for_loop", "fused")}
+    optimizers = {
+        f"adamw_{kind}": torch.optim.AdamW(param_groups(model, 0.1, 1e-4), lr=1e-4, fused=kind == "fused")
+        for kind in ("for_loop", "fused")
+    }
     return {name: opt.step for name, opt in optimizers.items()}
 
 
 def logits_arms():
     g, M = torch.randn(1024, 768), torch.randn(50257, 768)
-    rows = {"logits_rows_50257": torch.empty(1024, 50257), "logits_rows_padded_50272": torch.empty(1024, 50272)[:, :50257]}
+    rows = {
+        "logits_rows_50257": torch.empty(1024, 50257),
+        "logits_rows_padded_50272": torch.empty(1024, 50272)[:, :50257],
+    }
     return {name: (lambda out=out: torch.mm(g, M.T, out=out)) for name, out in rows.items()}
 
 
@@ -45,6 +50,7 @@ def gelu_arms():
     def run(act):
         x = x0.clone().requires_grad_()
         act(x).backward(grad)
+
     return {"gelu_new_autograd": lambda: run(NewGELUActivation()), "gelu_tanh_fused_backward": lambda: run(TanhGELU())}
 
 
@@ -63,7 +69,10 @@ def main(argv=None):
     if args.json:
         return
     for k, v in result["ms"].items():
-        print(f"{k:28s} {v:8.1f} ms" + (f"   {result['new_over_old'][k]:.3f} x old" if k in result["new_over_old"] else ""))
+        print(
+            f"{k:28s} {v:8.1f} ms"
+            + (f"   {result['new_over_old'][k]:.3f} x old" if k in result["new_over_old"] else "")
+        )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The host memory policy of `pit` processes (`pit/allocator.py`) on and off: the 133M-shaped training step
-(`pit.bench.TrainStep`, 4 x 256 tokens, V = 50257) of each interface, and the GPT-2 reference pair of
+(`pit.training.bench.TrainStep`, 4 x 256 tokens, V = 50257) of each interface, and the GPT-2 reference pair of
 `pit bench` (`GPT2LMHeadModel` and our TT model at GPT-2 configuration), with the GEMM yardstick, in child
 processes that alternate over rounds (`PIT_MALLOC=system` keeps glibc's defaults; the policy cannot be
 switched back inside one process). Every child times its arms as `pit bench` does (interleaved rounds, best
@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+
 from common import save_result
 
 POLICIES = ("system", "retain")
@@ -25,17 +26,19 @@ POLICIES = ("system", "retain")
 def child(layers: int, rounds: int) -> list[dict]:
     import torch
 
-    from pit.allocator import retain_freed_memory
-    from pit.bench import ARMS, SIZES, reference_section, step_rows
     from pit.models import build_model
-    from pit.train import NextTokenLoss
+    from pit.training.allocator import retain_freed_memory
+    from pit.training.bench import ARMS, SIZES, reference_section, step_rows
+    from pit.training.objective import NextTokenLoss
 
     applied = retain_freed_memory()
     assert applied == (os.environ.get("PIT_MALLOC") != "system"), "the policy is not the one asked for"
     size = SIZES["default"]
     batch = torch.randint(0, 50257, (size.batch, size.seq_len + 1), generator=torch.Generator().manual_seed(0))
-    models = {arm: build_model("scratch-133m", ARMS[arm], vocab_size=50257, seed=0, num_hidden_layers=layers)
-              for arm in ("pit", "tt", "untied")}
+    models = {
+        arm: build_model("scratch-133m", ARMS[arm], vocab_size=50257, seed=0, num_hidden_layers=layers)
+        for arm in ("pit", "tt", "untied")
+    }
     rows = step_rows({arm: (m, NextTokenLoss(m)) for arm, m in models.items()}, batch, rounds, 1, size.gemm_n)
     del models
     return rows + reference_section(size, rounds, 1)
@@ -55,29 +58,50 @@ def main(argv=None) -> None:
     best: dict[str, dict[str, dict]] = {p: {} for p in POLICIES}
     for _ in range(args.rounds):
         for policy in POLICIES:
-            run = subprocess.run([sys.executable, __file__, "--child", "--layers", str(args.layers),
-                                  "--child-rounds", str(args.child_rounds)],
-                                 env={**os.environ, "PIT_MALLOC": policy}, capture_output=True, text=True, check=True)
+            run = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    "--layers",
+                    str(args.layers),
+                    "--child-rounds",
+                    str(args.child_rounds),
+                ],
+                env={**os.environ, "PIT_MALLOC": policy},
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             for row in json.loads(run.stdout.strip().splitlines()[-1]):
                 kept = best[policy].get(row["arm"])
                 if kept is None or row["step_s"] < kept["step_s"]:
                     best[policy][row["arm"]] = row
-    result = {"layers": args.layers, "rounds": args.rounds, "child_rounds": args.child_rounds, "rows": best,
-              "retain_over_system_step_time": {arm: best["retain"][arm]["step_s"] / best["system"][arm]["step_s"]
-                                               for arm in best["system"]},
-              # our TT model over GPT2LMHeadModel in tokens/s: both under one policy, and each under its own
-              # default (pit's process retains; a plain Python process running transformers does not)
-              "ours_tt_over_hf_gpt2": {
-                  "system": best["system"]["hf_gpt2"]["step_s"] / best["system"]["ours_tt"]["step_s"],
-                  "retain": best["retain"]["hf_gpt2"]["step_s"] / best["retain"]["ours_tt"]["step_s"],
-                  "pit_retain_vs_plain_system": best["system"]["hf_gpt2"]["step_s"] / best["retain"]["ours_tt"]["step_s"]}}
+    result = {
+        "layers": args.layers,
+        "rounds": args.rounds,
+        "child_rounds": args.child_rounds,
+        "rows": best,
+        "retain_over_system_step_time": {
+            arm: best["retain"][arm]["step_s"] / best["system"][arm]["step_s"] for arm in best["system"]
+        },
+        # our TT model over GPT2LMHeadModel in tokens/s: both under one policy, and each under its own
+        # default (pit's process retains; a plain Python process running transformers does not)
+        "ours_tt_over_hf_gpt2": {
+            "system": best["system"]["hf_gpt2"]["step_s"] / best["system"]["ours_tt"]["step_s"],
+            "retain": best["retain"]["hf_gpt2"]["step_s"] / best["retain"]["ours_tt"]["step_s"],
+            "pit_retain_vs_plain_system": best["system"]["hf_gpt2"]["step_s"] / best["retain"]["ours_tt"]["step_s"],
+        },
+    }
     save_result("bench_allocator", result, args.json)
     if args.json:
         return
     for arm in best["system"]:
         s, r = best["system"][arm], best["retain"][arm]
-        print(f"{arm:7s} system {s['step_s'] * 1e3:7.1f} ms (MFU {s['mfu']:.1%})   retain {r['step_s'] * 1e3:7.1f} ms "
-              f"(MFU {r['mfu']:.1%})   retain / system {r['step_s'] / s['step_s']:.3f}")
+        print(
+            f"{arm:7s} system {s['step_s'] * 1e3:7.1f} ms (MFU {s['mfu']:.1%})   retain {r['step_s'] * 1e3:7.1f} ms "
+            f"(MFU {r['mfu']:.1%})   retain / system {r['step_s'] / s['step_s']:.3f}"
+        )
     print("ours_tt / hf_gpt2 tokens/s: " + ", ".join(f"{k} {v:.3f}" for k, v in result["ours_tt_over_hf_gpt2"].items()))
 
 

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import yaml
-
 from common import save_result
+
 from pit.data.download import download, iter_text_batches
 from pit.data.tokenize import tokenize_split
 from pit.data.tokenizers import build_tokenizer, tiktoken_gpt2
@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=ROOT / "resources/corpus/stdlib/manifest.json")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     work = Path(tempfile.mkdtemp(prefix="bench_tokenize."))
     if not args.corpus.is_file():
         args.corpus = work / "corpus/manifest.json"
@@ -52,11 +52,16 @@ def main() -> None:
         build_tokenizer(name, spec, work / name, corpus=args.corpus)
         for workers in (1, 2):
             seconds = best_seconds(
-                lambda: tokenize_split(args.corpus, "train", work / name, work / f"{name}.bin", workers=workers), args.repeats
+                lambda name=name, workers=workers: tokenize_split(
+                    args.corpus, "train", work / name, work / f"{name}.bin", workers=workers
+                ),
+                args.repeats,
             )
             results[f"pit tokenize {name}, {workers} worker(s)"] = megabytes / seconds
     encoding = tiktoken_gpt2()
-    results["tiktoken gpt2, 1 thread"] = megabytes / best_seconds(lambda: [encoding.encode_ordinary(t) for t in texts], args.repeats)
+    results["tiktoken gpt2, 1 thread"] = megabytes / best_seconds(
+        lambda: [encoding.encode_ordinary(t) for t in texts], args.repeats
+    )
     results["tiktoken gpt2, 2 threads"] = megabytes / best_seconds(
         lambda: encoding.encode_ordinary_batch(texts, num_threads=2), args.repeats
     )

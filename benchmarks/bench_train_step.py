@@ -4,7 +4,8 @@ alone, with its options.
     python benchmarks/bench_train_step.py [--layers 2] [--rounds 3] [--repeats 1] [--json]
 
 Models: scratch-tiny, and the 133M-shaped scratch model (d = 768, 12 heads, 3 KV heads, d_ff = 2304) with
-its depth cut to `--layers` blocks, at V = 50257 and V = 32000. One step = pit train's step (`pit.bench.TrainStep`).
+its depth cut to `--layers` blocks, at V = 50257 and V = 32000. One step = pit train's step
+(`pit.training.bench.TrainStep`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from pit.bench import SIZES, train_section
+from pit.training.bench import SIZES, train_section
 
 
 def main(argv=None):
@@ -27,8 +28,10 @@ def main(argv=None):
         print(json.dumps(rows, indent=2))
         return
     for r in rows:
-        print(f"{r['model']:13s} L={r['layers']:<2d} V={r['vocab']:<6d} {r['arm']:16s} {r['tokens_per_s']:8.0f} tok/s  "
-              f"MFU {r['mfu']:6.1%}  time / TT {r['time_ratio_to_tt']:.3f}")
+        print(
+            f"{r['model']:13s} L={r['layers']:<2d} V={r['vocab']:<6d} {r['arm']:16s} {r['tokens_per_s']:8.0f} tok/s  "
+            f"MFU {r['mfu']:6.1%}  time / TT {r['time_ratio_to_tt']:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Pseudo-Inverse Tying (PIT) for language models, and the reproduction pipeline's library.
 
-`pit.tying` holds the token interfaces (PIT, TT, untied); `pit.models` the model families
-(importing it registers them with the `transformers` Auto classes); `pit.cli` the command line.
+Layers, imports pointing downward (docs/architecture.md): `pit.core` (the paper's math: token interfaces,
+fused loss, metrics), `pit.models` (model families; importing it registers them with the `transformers`
+Auto classes), `pit.data`, `pit.tracking`, `pit.analysis`, `pit.evaluation`, `pit.training`,
+`pit.reporting`, and `pit.commands` (the `pit` command line).
 """
 
 __version__ = "0.1.0"

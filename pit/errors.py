@@ -13,8 +13,11 @@ def config_from_dict(cls, d: dict, label: str):
     unknown = sorted(set(d) - {f.name for f in fields})
     if unknown:
         raise PitError(f"{label}: unknown keys {unknown}; expected a subset of {sorted(f.name for f in fields)}")
-    missing = sorted(f.name for f in fields if f.name not in d and f.default is dataclasses.MISSING
-                     and f.default_factory is dataclasses.MISSING)
+    missing = sorted(
+        f.name
+        for f in fields
+        if f.name not in d and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
     if missing:
         raise PitError(f"{label}: missing required keys {missing}")
     return cls(**d)

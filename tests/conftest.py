@@ -2,6 +2,7 @@ import os
 
 import pytest
 import torch
+from helpers import killed_and_resumed
 
 # Determinism and a quiet, offline environment for every test.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -24,13 +25,26 @@ def tiny_data(tmp_path_factory):
     from pit.data.tokenizers import build_tokenizer
 
     root = tmp_path_factory.mktemp("tiny_data")
-    corpus = {"name": "stdlib", "source": "local", "glob": "@stdlib/**/*.py", "exclude": ["site-packages/*"],
-              "max_documents": 60, "max_bytes": None, "val_fraction": 0.2, "seed": 0, "shard_documents": 30}
+    corpus = {
+        "name": "stdlib",
+        "source": "local",
+        "glob": "@stdlib/**/*.py",
+        "exclude": ["site-packages/*"],
+        "max_documents": 60,
+        "max_bytes": None,
+        "val_fraction": 0.2,
+        "seed": 0,
+        "shard_documents": 30,
+    }
     manifest = root / "corpus" / "manifest.json"
     download(corpus, manifest)
     build_tokenizer("gpt2", {"kind": "gpt2", "source": "package"}, root / "tok" / "gpt2")
-    build_tokenizer("bpe2k", {"kind": "bpe", "vocab_size": 2000, "min_frequency": 2, "seed": 0, "sample_bytes": None},
-                    root / "tok" / "bpe2k", corpus=str(manifest))
+    build_tokenizer(
+        "bpe2k",
+        {"kind": "bpe", "vocab_size": 2000, "min_frequency": 2, "seed": 0, "sample_bytes": None},
+        root / "tok" / "bpe2k",
+        corpus=str(manifest),
+    )
     paths = {}
     for tok in ("gpt2", "bpe2k"):
         paths[tok] = {"tokenizer": str(root / "tok" / tok)}
@@ -43,7 +57,5 @@ def tiny_data(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def pipeline_project(tmp_path_factory):
-    """The reduced pipeline run, killed once and resumed, that the end-to-end modules share (tests/pipeline.py)."""
-    from pipeline import killed_and_resumed
-
+    """The reduced pipeline run, killed once and resumed, that the end-to-end modules share (tests/helpers.py)."""
     return killed_and_resumed(tmp_path_factory.mktemp("pipeline"))

@@ -12,7 +12,7 @@ import pytest
 
 CHILD = """
 import json, resource, sys, torch
-from pit.allocator import policy, retain_freed_memory
+from pit.training.allocator import policy, retain_freed_memory
 retain_freed_memory()
 faults = []
 for _ in range(12):  # 12 "steps" that each allocate, fill and free 200 MB
@@ -26,8 +26,13 @@ print(json.dumps({"policy": policy(), "faults": faults, "rss_mb": rss / 1024}))
 
 
 def child(malloc: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, check=True,
-                          env=os.environ | {"PIT_MALLOC": malloc})
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=os.environ | {"PIT_MALLOC": malloc},
+    )
     return json.loads(proc.stdout)
 
 
@@ -43,4 +48,3 @@ def test_freed_memory_is_reused_without_page_faults():
     assert max(retained["faults"][-3:]) < 0.01 * pages, retained
     assert retained["rss_mb"] < 12 * 200, retained
     assert min(system["faults"][1:]) > 0.9 * pages, system  # glibc's default maps it in again every step
-

@@ -6,25 +6,46 @@ import sys
 
 import pytest
 
-from pit.bench import flops_per_token
-from pit.cli import main
+from pit.commands import main
+from pit.core.interfaces import InterfaceConfig
 from pit.models import build_model
-from pit.tying import InterfaceConfig
+from pit.training.bench import flops_per_token
 
-STEP_KEYS = {"model", "layers", "d_model", "vocab", "arm", "tokens_per_step", "step_s", "tokens_per_s",
-             "flop_per_token", "flop_per_s", "gemm_flop_per_s", "mfu"}
+STEP_KEYS = {
+    "model",
+    "layers",
+    "d_model",
+    "vocab",
+    "arm",
+    "tokens_per_step",
+    "step_s",
+    "tokens_per_s",
+    "flop_per_token",
+    "flop_per_s",
+    "gemm_flop_per_s",
+    "mfu",
+}
 
 
 def pit_bench(*args):
-    return subprocess.run([sys.executable, "-m", "pit.cli", "bench", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "pit", "bench", *args], capture_output=True, text=True, timeout=300)
 
 
 def test_json_schema_is_stable():
     run = pit_bench("--json", "--size", "tiny", "--rounds", "1")
     assert run.returncode == 0, run.stderr[-2000:]
     r = json.loads(run.stdout)
-    assert set(r) == {"schema", "machine", "settings", "gemm_peak", "train", "reference", "head_memory", "generate",
-                      "acceptance"}
+    assert set(r) == {
+        "schema",
+        "machine",
+        "settings",
+        "gemm_peak",
+        "train",
+        "reference",
+        "head_memory",
+        "generate",
+        "acceptance",
+    }
     assert r["schema"] == "pit-bench/1"
     assert set(r["machine"]) == {"torch", "threads", "cpu", "python", "malloc"}
     assert r["machine"]["malloc"] == "retain"  # `pit` keeps freed memory (pit/allocator.py)
@@ -35,23 +56,39 @@ def test_json_schema_is_stable():
     assert [row["model"] for row in r["reference"]] == ["GPT2LMHeadModel", "PitGPT2LMHeadModel"]
     assert all(set(row) == STEP_KEYS for row in r["reference"])
     assert [(row["interface"], row["loss"]) for row in r["head_memory"]] == [
-        ("pit", "naive"), ("pit", "chunked"), ("tt", "naive"), ("tt", "chunked")]
-    assert all(set(row) == {"interface", "loss", "tokens", "vocab", "dim", "peak_mb", "ratio_to_naive"}
-               for row in r["head_memory"])
+        ("pit", "naive"),
+        ("pit", "chunked"),
+        ("tt", "naive"),
+        ("tt", "chunked"),
+    ]
+    assert all(
+        set(row) == {"interface", "loss", "tokens", "vocab", "dim", "peak_mb", "ratio_to_naive"}
+        for row in r["head_memory"]
+    )
     assert [row["arm"] for row in r["generate"]] == ["pit", "tt", "untied"]
-    assert all(set(row) == {"arm", "model", "layers", "vocab", "batch", "prompt", "new_tokens", "tokens_per_s"}
-               for row in r["generate"])
-    assert set(r["acceptance"]) == {"pit_over_tt_time_v50257", "pit_over_tt_time_v32000",
-                                    "pit_trainable_z_over_tt_time_v50257", "ours_tt_over_hf_gpt2_tokens_per_s",
-                                    "mfu_133m_v50257", "chunked_over_naive_head_memory"}
+    assert all(
+        set(row) == {"arm", "model", "layers", "vocab", "batch", "prompt", "new_tokens", "tokens_per_s"}
+        for row in r["generate"]
+    )
+    assert set(r["acceptance"]) == {
+        "pit_over_tt_time_v50257",
+        "pit_over_tt_time_v32000",
+        "pit_trainable_z_over_tt_time_v50257",
+        "ours_tt_over_hf_gpt2_tokens_per_s",
+        "mfu_133m_v50257",
+        "chunked_over_naive_head_memory",
+    }
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--size", "huge"], "bench size 'huge' is unknown; expected one of ['default', 'tiny']"),
-    (["--rounds", "0"], "bench rounds 0; expected an integer >= 1"),
-    (["--layers", "-1"], "bench layers -1; expected an integer >= 1"),
-    (["--threads", "0"], "--threads 0; expected an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--size", "huge"], "bench size 'huge' is unknown; expected one of ['default', 'tiny']"),
+        (["--rounds", "0"], "bench rounds 0; expected an integer >= 1"),
+        (["--layers", "-1"], "bench layers -1; expected an integer >= 1"),
+        (["--threads", "0"], "--threads 0; expected an integer >= 1"),
+    ],
+)
 def test_bad_input_is_named(args, message, capsys):
     assert main(["bench", *args]) == 2
     assert message in capsys.readouterr().err

@@ -7,8 +7,7 @@ import re
 
 import pytest
 import yaml
-
-from test_workflow_data import ROOT, job_counts, snakemake, write_config
+from helpers import PAPER_CONFIG, ROOT, job_counts, snakemake, write_config
 
 SLURM = str(ROOT / "workflow/profiles/slurm")
 LOCAL = str(ROOT / "workflow/profiles/local")
@@ -27,7 +26,7 @@ def job_resources(dry_run: str, rule: str) -> list[dict[str, str]]:
 @pytest.fixture(scope="module")
 def paper_on_slurm(tmp_path_factory) -> str:
     workdir = tmp_path_factory.mktemp("paper-slurm")
-    proc = snakemake(workdir, "-n", "-p", "--configfile", str(ROOT / "config/paper.yaml"), "--profile", SLURM)
+    proc = snakemake(workdir, "-n", "-p", "--configfile", str(PAPER_CONFIG), "--profile", SLURM)
     assert not (workdir / "results").exists()
     return proc.stdout
 
@@ -38,7 +37,7 @@ def test_paper_dag_under_slurm_has_every_stage(paper_on_slurm):
     assert counts["diagnose"] == 12
     for rule in ("table1", "table2", "table3", "table4", "report_md", "mlflow_summary"):
         assert counts[rule] == 1, rule
-    paper = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
+    paper = yaml.safe_load(PAPER_CONFIG.read_text())
     res = paper["pretrain"]["resources"]
     jobs = job_resources(paper_on_slurm, "pretrain")
     assert len(jobs) == 12
@@ -63,11 +62,10 @@ def test_resources_come_from_the_config_and_multi_gpu_jobs_use_torchrun(tmp_path
     config = write_config(tmp_path / "config.yaml", edit)
     proc = snakemake(tmp_path, "-n", "-p", "pretrain_all", "--configfile", str(config), "--profile", SLURM)
     jobs = job_resources(proc.stdout, "pretrain")
-    assert jobs and all(r["gpu"] == "2" and r["slurm_partition"] == "gpu-a100" and r["mem_mb"] == "32000"
-                        for r in jobs)
+    assert jobs and all(r["gpu"] == "2" and r["slurm_partition"] == "gpu-a100" and r["mem_mb"] == "32000" for r in jobs)
     counts = job_counts(proc.stdout)
     training_jobs = counts["pretrain"] + counts["pretrain_stand_in_teacher"]
-    assert proc.stdout.count("torchrun --standalone --nproc_per_node 2 -m pit.cli train --spec") == training_jobs
+    assert proc.stdout.count("torchrun --standalone --nproc_per_node 2 -m pit train --spec") == training_jobs
     # one GPU or none: plain `pit train`, and no partition unless the config names one
     proc = snakemake(tmp_path, "-n", "-p", "pretrain_all", "--profile", LOCAL)
     assert "torchrun" not in proc.stdout and "pit train --spec" in proc.stdout

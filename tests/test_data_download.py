@@ -25,7 +25,7 @@ SPEC = {
 
 
 def pit(*args: str) -> subprocess.CompletedProcess:
-    code = "import sys; from pit.cli import main; sys.exit(main())"
+    code = "import sys; from pit.commands import main; sys.exit(main())"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
 
 
@@ -48,7 +48,7 @@ def test_local_corpus_manifest_is_sorted_and_hashed(tmp_path):
 
 def test_max_bytes_stops_at_the_budget(tmp_path):
     manifest = download(SPEC | {"max_documents": None, "max_bytes": 50_000}, tmp_path / "manifest.json")
-    assert 50_000 <= manifest["bytes"] and manifest["documents"] < 60
+    assert manifest["bytes"] >= 50_000 and manifest["documents"] < 60
 
 
 def test_interrupted_download_resumes_after_the_finished_shards(tmp_path):
@@ -59,8 +59,12 @@ def test_interrupted_download_resumes_after_the_finished_shards(tmp_path):
     progress = json.loads(progress_path.read_text())
     first = progress["chunks"][0]
     progress |= {"chunks": [first], "documents": first["documents"], "finished": False}
-    progress["bytes"] = sum(len(t.encode()) for t in pq.read_table(out.parent / first["train"]["file"])["text"].to_pylist())
-    progress["bytes"] += sum(len(t.encode()) for t in pq.read_table(out.parent / first["val"]["file"])["text"].to_pylist())
+    progress["bytes"] = sum(
+        len(t.encode()) for t in pq.read_table(out.parent / first["train"]["file"])["text"].to_pylist()
+    )
+    progress["bytes"] += sum(
+        len(t.encode()) for t in pq.read_table(out.parent / first["val"]["file"])["text"].to_pylist()
+    )
     progress_path.write_text(json.dumps(progress))
     out.unlink()
     for later in progress_path.parent.glob("*-0000[12].parquet"):
@@ -75,7 +79,9 @@ def test_missing_glob_is_one_error_line_and_no_output(tmp_path):
     spec = SPEC | {"glob": str(tmp_path / "nothing/**/*.txt")}
     proc = pit("data", "download", "--spec", json.dumps(spec), "--out", str(tmp_path / "c/manifest.json"))
     assert proc.returncode == 2
-    assert proc.stderr.splitlines() == [f"pit data: error: corpus glob {spec['glob']!r} (expanded to {spec['glob']!r}) matches no files"]
+    assert proc.stderr.splitlines() == [
+        f"pit data: error: corpus glob {spec['glob']!r} (expanded to {spec['glob']!r}) matches no files"
+    ]
     assert not (tmp_path / "c").exists()
 
 
@@ -83,7 +89,13 @@ def test_missing_glob_is_one_error_line_and_no_output(tmp_path):
 def test_unreachable_hub_id_is_one_error_line_and_no_output(tmp_path, monkeypatch, offline):
     monkeypatch.setenv("HF_HUB_OFFLINE", offline)
     spec = {k: v for k, v in SPEC.items() if k not in ("glob", "exclude")}
-    spec |= {"source": "hub", "hub_id": "no-such-org/no-such-data", "hub_config": None, "hub_split": "train", "text_field": "text"}
+    spec |= {
+        "source": "hub",
+        "hub_id": "no-such-org/no-such-data",
+        "hub_config": None,
+        "hub_split": "train",
+        "text_field": "text",
+    }
     proc = pit("data", "download", "--spec", json.dumps(spec), "--out", str(tmp_path / "c/manifest.json"))
     assert proc.returncode == 2
     [line] = proc.stderr.splitlines()
@@ -92,5 +104,7 @@ def test_unreachable_hub_id_is_one_error_line_and_no_output(tmp_path, monkeypatc
 
 
 def test_incomplete_spec_names_the_missing_keys(tmp_path):
-    proc = pit("data", "download", "--spec", json.dumps({"source": "local", "name": "x"}), "--out", str(tmp_path / "m.json"))
+    proc = pit(
+        "data", "download", "--spec", json.dumps({"source": "local", "name": "x"}), "--out", str(tmp_path / "m.json")
+    )
     assert proc.returncode == 2 and "misses key(s)" in proc.stderr and "'glob'" in proc.stderr

@@ -17,7 +17,7 @@ from pit.data.tokenizers import build_tokenizer, load_tokenizer, tiktoken_gpt2
 from pit.errors import PitError
 from pit.io import sha256_file
 
-DEFAULTS = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
+DEFAULTS = yaml.safe_load((Path(__file__).resolve().parents[1] / "config/config.yaml").read_text())
 BPE = DEFAULTS["tokenizers"]["bpe32k"]  # the default profile's 32k BPE, trained on the default corpus
 TEXT = "def f(x):\n    return x  # naïve café 😀 <|endoftext|>\r\n\t 12345 it's"
 
@@ -46,8 +46,19 @@ def test_bpe_training_is_deterministic(corpus, tmp_path):
     assert BPE["vocab_size"] == 32000
     first = build_tokenizer("bpe", BPE, tmp_path / "a", corpus=corpus)
     # Again in a fresh process, through the command line, with another thread count.
-    code = "import sys; from pit.cli import main; sys.exit(main())"
-    args = ["data", "tokenizer", "--name", "bpe", "--spec", json.dumps(BPE), "--corpus", str(corpus), "--out", str(tmp_path / "b")]
+    code = "import sys; from pit.commands import main; sys.exit(main())"
+    args = [
+        "data",
+        "tokenizer",
+        "--name",
+        "bpe",
+        "--spec",
+        json.dumps(BPE),
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(tmp_path / "b"),
+    ]
     subprocess.run([sys.executable, "-c", code, *args], check=True, env=os.environ | {"RAYON_NUM_THREADS": "1"})
     assert (tmp_path / "a/tokenizer.json").read_bytes() == (tmp_path / "b/tokenizer.json").read_bytes()
     assert json.loads((tmp_path / "b/meta.json").read_text()) == first and first["eos_id"] == 0

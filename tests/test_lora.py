@@ -12,12 +12,13 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from pit.checkpoint import load_model
+from pit.analysis.side_effects import side_effects
+from pit.core.interfaces import InterfaceConfig
 from pit.data.reader import TokenFile
 from pit.errors import PitError
-from pit.lora import LoraRunConfig, merge_adapter, train_lora
-from pit.side_effects import side_effects
-from pit.tying import InterfaceConfig
+from pit.models.checkpoint import load_model
+from pit.training.args import LoraArgs
+from pit.training.lora import merge_adapter, train_lora
 
 
 def make_base(tiny_data, folder: Path, family: str, kind: str, seed: int = 0) -> Path:
@@ -42,11 +43,26 @@ def make_base(tiny_data, folder: Path, family: str, kind: str, seed: int = 0) ->
 
 def lora_spec(base, tiny_data, family="scratch", **kw):
     tok = "bpe2k" if family == "scratch" else "gpt2"
-    spec = dict(base=str(base), task="mbpp", limit=32, rank=4, alpha=8, dropout=0.1, max_steps=4, batch_size=2,
-                seq_len=96, lr=2e-2, min_lr=2e-3, warmup_steps=1, val_data=tiny_data[tok]["val"],
-                side_effect_windows=2, side_effect_seq_len=32, mlflow={"enabled": False})
+    spec = dict(
+        base=str(base),
+        task="mbpp",
+        limit=32,
+        rank=4,
+        alpha=8,
+        dropout=0.1,
+        max_steps=4,
+        batch_size=2,
+        seq_len=96,
+        lr=2e-2,
+        min_lr=2e-3,
+        warmup_steps=1,
+        val_data=tiny_data[tok]["val"],
+        side_effect_windows=2,
+        side_effect_seq_len=32,
+        mlflow={"enabled": False},
+    )
     spec.update(kw)
-    return LoraRunConfig.from_dict(spec)
+    return LoraArgs.from_dict(spec)
 
 
 def logits(model, ids):
@@ -54,8 +70,9 @@ def logits(model, ids):
         return model(ids, use_cache=False).logits
 
 
-@pytest.mark.parametrize("family,kind", [("scratch", "pit"), ("scratch", "tt"), ("scratch", "untied"),
-                                         ("teacher", "pit"), ("teacher", "tt")])
+@pytest.mark.parametrize(
+    "family,kind", [("scratch", "pit"), ("scratch", "tt"), ("scratch", "untied"), ("teacher", "pit"), ("teacher", "tt")]
+)
 def test_merge_save_reload_gives_identical_logits(family, kind, tiny_data, tmp_path):
     from peft import PeftModel
 
@@ -97,7 +114,10 @@ def test_resumed_run_matches_uninterrupted_run(tiny_data, tmp_path):
         return [json.loads(x)["loss"] for x in (run / "metrics.jsonl").read_text().splitlines()]
 
     assert losses(part) == losses(full) and len(losses(full)) == 6
-    a, b = load_file(full / "adapter" / "adapter_model.safetensors"), load_file(part / "adapter" / "adapter_model.safetensors")
+    a, b = (
+        load_file(full / "adapter" / "adapter_model.safetensors"),
+        load_file(part / "adapter" / "adapter_model.safetensors"),
+    )
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -109,7 +129,7 @@ def test_first_loss_is_the_cross_entropy_of_the_logits_on_target_tokens(family, 
     from transformers import AutoTokenizer
 
     from pit.evaluation.tasks import load_task
-    from pit.lora import encode_examples, make_batch
+    from pit.training.lora import encode_examples, make_batch
 
     base = make_base(tiny_data, tmp_path / "base", family, kind)
     cfg = lora_spec(base, tiny_data, family, max_steps=1, warmup_steps=0, dropout=0.0)
@@ -163,8 +183,12 @@ def test_lora_run_is_logged_to_mlflow(tiny_data, tmp_path):
 
     base = make_base(tiny_data, tmp_path / "base", "scratch", "tt")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    train_lora(lora_spec(base, tiny_data, run_name="lora-mbpp-x", mlflow={"tracking_uri": uri, "experiment": "e",
-                                                                         "enabled": True}), tmp_path / "run")
+    train_lora(
+        lora_spec(
+            base, tiny_data, run_name="lora-mbpp-x", mlflow={"tracking_uri": uri, "experiment": "e", "enabled": True}
+        ),
+        tmp_path / "run",
+    )
     client = mlflow.MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("e").experiment_id])
     assert run.info.run_name == "lora-mbpp-x" and run.info.status == "FINISHED"
@@ -175,16 +199,28 @@ def test_lora_run_is_logged_to_mlflow(tiny_data, tmp_path):
 
 
 def pit_cli(*args):
-    return subprocess.run([sys.executable, "-m", "pit.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    return subprocess.run(
+        [sys.executable, "-m", "pit", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
 
 
 def test_bad_training_data_and_foreign_adapter_are_clear_errors(tiny_data, tmp_path):
     base = make_base(tiny_data, tmp_path / "base", "scratch", "pit")
     bad = tmp_path / "bad.jsonl"
     bad.write_text("".join(json.dumps({"task_id": i, "text": "add one", "tests": []}) + "\n" for i in range(3)))
-    spec = json.dumps({"base": str(base), "task": "mbpp", "source": str(bad), "max_steps": 1, "warmup_steps": 0,
-                       "mlflow": {"enabled": False}})
+    spec = json.dumps(
+        {
+            "base": str(base),
+            "task": "mbpp",
+            "source": str(bad),
+            "max_steps": 1,
+            "warmup_steps": 0,
+            "mlflow": {"enabled": False},
+        }
+    )
     proc = pit_cli("lora", "train", "--spec", spec, "--out", str(tmp_path / "r"))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "lacks the field(s) code, test_list" in proc.stderr
@@ -194,9 +230,11 @@ def test_bad_training_data_and_foreign_adapter_are_clear_errors(tiny_data, tmp_p
     other = make_base(tiny_data, tmp_path / "other", "scratch", "pit", seed=1)  # same shapes, other weights
     with pytest.raises(PitError, match="was trained on base"):
         merge_adapter(other, run / "adapter")
-    proc = pit_cli("lora", "merge", "--base", str(other), "--adapter", str(run / "adapter"), "--out", str(tmp_path / "m"))
+    proc = pit_cli(
+        "lora", "merge", "--base", str(other), "--adapter", str(run / "adapter"), "--out", str(tmp_path / "m")
+    )
     assert proc.returncode == 2 and "was trained on base" in proc.stderr and not (tmp_path / "m").exists()
     with pytest.raises(PitError, match="unknown keys \\['ranks'\\]"):
-        LoraRunConfig.from_dict({"base": str(base), "task": "mbpp", "ranks": 4})
+        LoraArgs.from_dict({"base": str(base), "task": "mbpp", "ranks": 4})
     with pytest.raises(PitError, match="task 'humaneval'"):
-        LoraRunConfig.from_dict({"base": str(base), "task": "humaneval"})
+        LoraArgs.from_dict({"base": str(base), "task": "humaneval"})

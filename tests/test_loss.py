@@ -3,14 +3,18 @@
 import pytest
 import torch
 
+from pit.core.interfaces import InterfaceConfig, make_interface
+from pit.core.loss import linear_cross_entropy, naive_linear_cross_entropy
 from pit.errors import PitError
-from pit.loss import linear_cross_entropy, naive_linear_cross_entropy
 from pit.models import build_model
-from pit.train import NextTokenLoss
-from pit.tying import InterfaceConfig, make_interface
+from pit.training.objective import NextTokenLoss
 
-ARMS = {"pit": InterfaceConfig(kind="pit"), "pit_trainable_z": InterfaceConfig(kind="pit", trainable_z=True),
-        "tt": InterfaceConfig(kind="tt"), "untied": InterfaceConfig(kind="untied")}
+ARMS = {
+    "pit": InterfaceConfig(kind="pit"),
+    "pit_trainable_z": InterfaceConfig(kind="pit", trainable_z=True),
+    "tt": InterfaceConfig(kind="tt"),
+    "untied": InterfaceConfig(kind="untied"),
+}
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
 
 
@@ -49,7 +53,9 @@ def test_loss_and_gradients_equal_naive(arm, dtype):
     targets[:, ::7] = -100  # ignored rows, in every chunk
     mix = torch.randn(24, 24, generator=g, dtype=dtype) / 24**0.5 * 4
     ref_loss, ref = loss_and_grads(iface, naive_linear_cross_entropy, ids, targets, mix)
-    loss, grads = loss_and_grads(iface, lambda g_, M, y: linear_cross_entropy(g_, M, y, chunk_size=64), ids, targets, mix)
+    loss, grads = loss_and_grads(
+        iface, lambda g_, M, y: linear_cross_entropy(g_, M, y, chunk_size=64), ids, targets, mix
+    )
     assert loss.dtype == ref_loss.dtype
     assert rel(loss, ref_loss) <= TOL[dtype]
     assert grads.keys() == ref.keys() and ("Z" in grads) == (arm == "pit_trainable_z")
@@ -107,8 +113,9 @@ def test_bad_chunk_size_is_named():
         linear_cross_entropy(torch.randn(4, 2), torch.randn(5, 2), torch.zeros(4, dtype=torch.long), chunk_size=0)
 
 
-@pytest.mark.parametrize("name,kind", [("scratch-tiny", "pit"), ("scratch-tiny", "tt"), ("scratch-tiny", "untied"),
-                                       ("gpt2-tiny", None)])
+@pytest.mark.parametrize(
+    "name,kind", [("scratch-tiny", "pit"), ("scratch-tiny", "tt"), ("scratch-tiny", "untied"), ("gpt2-tiny", None)]
+)
 def test_training_loss_of_every_model_equals_logits_cross_entropy(name, kind):
     model = build_model(name, InterfaceConfig(kind=kind) if kind else None, vocab_size=500, seed=0).train()
     batch = torch.randint(0, 500, (2, 33), generator=torch.Generator().manual_seed(0))

@@ -8,10 +8,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, CohereForCausalLM, GPT2LMHeadModel
 
-from pit.checkpoint import export_untied, load_model, save_pretrained_atomic
+from pit.core.interfaces import InterfaceConfig, PITTying
 from pit.errors import PitError
 from pit.models import PitForCausalLM, PitGPT2LMHeadModel, build_model, convert_teacher, get_spec, load_teacher
-from pit.tying import InterfaceConfig, PITTying
+from pit.models.checkpoint import load_model, save_pretrained_atomic
+from pit.models.export import export_untied
 
 KINDS = ["pit", "tt", "untied"]
 
@@ -50,11 +51,14 @@ def test_scratch_round_trip_and_export(kind, tmp_path):
     assert isinstance(loaded, PitForCausalLM)
     assert torch.equal(loaded(ids).logits, ref)
     if kind == "pit":
-        assert set(n for n, _ in loaded.interface.named_parameters()) == {"Z", "L_offdiag", "log_diag"}
+        assert {n for n, _ in loaded.interface.named_parameters()} == {"Z", "L_offdiag", "log_diag"}
         assert not loaded.interface.Z.requires_grad, "Z stays frozen after loading"
 
-    rc = subprocess.run([sys.executable, "-m", "pit.cli", "export", str(tmp_path / "ck"), str(tmp_path / "plain")],
-                        capture_output=True, text=True)
+    rc = subprocess.run(
+        [sys.executable, "-m", "pit", "export", str(tmp_path / "ck"), str(tmp_path / "plain")],
+        capture_output=True,
+        text=True,
+    )
     assert rc.returncode == 0, rc.stderr
     plain = AutoModelForCausalLM.from_pretrained(tmp_path / "plain")
     assert isinstance(plain, CohereForCausalLM)
@@ -138,6 +142,7 @@ def test_bad_checkpoints_and_names_are_named(tmp_path, teacher_dir):
         load_model(tmp_path / "v1000")
     # a PIT checkpoint whose Z was damaged
     from safetensors.torch import load_file, save_file
+
     good = build_model("scratch-tiny", InterfaceConfig(kind="pit"), vocab_size=1000)
     good.save_pretrained(tmp_path / "bad")
     state = load_file(tmp_path / "bad" / "model.safetensors")
@@ -152,15 +157,18 @@ def test_bad_checkpoints_and_names_are_named(tmp_path, teacher_dir):
 
 
 def test_cli_bad_input_is_one_line(tmp_path):
-    rc = subprocess.run([sys.executable, "-m", "pit.cli", "export", str(tmp_path / "nope"), str(tmp_path / "out")],
-                        capture_output=True, text=True)
+    rc = subprocess.run(
+        [sys.executable, "-m", "pit", "export", str(tmp_path / "nope"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+    )
     assert rc.returncode == 2
     assert rc.stderr.strip().count("\n") == 0 and "does not exist" in rc.stderr
     assert not (tmp_path / "out").exists()
 
 
 def test_arch_matches_table3():
-    rc = subprocess.run([sys.executable, "-m", "pit.cli", "arch", "--json"], capture_output=True, text=True, check=True)
+    rc = subprocess.run([sys.executable, "-m", "pit", "arch", "--json"], capture_output=True, text=True, check=True)
     rows = {r["model"]: r for r in json.loads(rc.stdout)}
     assert list(rows) == ["scratch-133m", "scratch-303m", "scratch-613m", "scratch-1.17b"]
     for row in rows.values():

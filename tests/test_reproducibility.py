@@ -10,7 +10,7 @@ a temporary project (a git repository holding a copy of the workflow, the code a
   and artifacts; `pit runs` lists them;
 - --keep-going: a failing arm does not stop an independent one, and its log says why.
 
-The interrupted-and-resumed pipeline run is the one the end-to-end tests share (tests/pipeline.py).
+The interrupted-and-resumed pipeline run is the one the end-to-end tests share (tests/helpers.py).
 """
 
 from __future__ import annotations
@@ -30,9 +30,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from pipeline import Project, files_under, job_outputs, mtimes, run, snakemake_cmd
-from test_workflow_data import job_counts
+from helpers import DEFAULT_CONFIG, Project, files_under, job_counts, job_outputs, mtimes, run, snakemake_cmd
 
 pytestmark = pytest.mark.slow
 
@@ -61,8 +59,8 @@ def test_killed_pipeline_resumes_without_redoing_finished_jobs(project):
     dry = run(snakemake_cmd("-n"), project.root, project.env)
     assert "Nothing to be done" in dry.stdout + dry.stderr
     # nothing half-written is left in the outputs
-    assert not [p for p in (project.root / "results").rglob("*.tmp")]
-    assert not [p for p in (project.root / "results").rglob("checkpoints")]
+    assert not list((project.root / "results").rglob("*.tmp"))
+    assert not list((project.root / "results").rglob("checkpoints"))
 
 
 def test_no_mlflow_run_is_left_running_after_the_kill(project):
@@ -85,12 +83,15 @@ def expected_run_names(root: Path) -> set[str]:
     evaluation (eval-<task>-<mode>-<slot>-<interface>) and the summary run."""
     names = {json.loads(p.read_text())["run_name"] for p in (root / "results").rglob("run.json")}
     post = root / "results/posttrain"
-    evals = {"-".join(["eval", parts[3], *parts[:3]])
-             for parts in (d.parent.relative_to(post).parts for d in post.glob("*/*/*/*/eval"))}
+    evals = {
+        "-".join(["eval", parts[3], *parts[:3]])
+        for parts in (d.parent.relative_to(post).parts for d in post.glob("*/*/*/*/eval"))
+    }
     return names | evals | {"summary-default"}
 
 
 # --- DVC ---------------------------------------------------------------------------------------------
+
 
 def dvc_outs(root: Path) -> list[str]:
     """Every `outs` path of dvc.yaml (after variables are resolved, i.e. from dvc.lock)."""
@@ -173,8 +174,13 @@ def test_s3_round_trip_gives_identical_files(project, committed, s3_server):
     import boto3
 
     creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-    s3 = boto3.client("s3", endpoint_url=s3_server, aws_access_key_id="testing", aws_secret_access_key="testing",
-                      region_name="us-east-1")
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=s3_server,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    )
     s3.create_bucket(Bucket="pit-dvc")
 
     def add_remote(repo: Path):  # the recipe of docs/reproducibility.md; credentials from the environment
@@ -193,13 +199,31 @@ def test_s3_round_trip_gives_identical_files(project, committed, s3_server):
 
 # --- MLflow --------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def mlflow_server(project):
     port = free_port()
-    log = open(project.root.parent / "mlflow-server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", "sqlite:///mlflow.db",
-                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                            cwd=project.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log = open(project.root.parent / "mlflow-server.log", "w")  # noqa: SIM115 (the server writes it until stopped)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            "sqlite:///mlflow.db",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        cwd=project.root,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     try:
@@ -233,18 +257,27 @@ def rest(base: str, route: str, body: dict | None = None, **query):
 
 def test_mlflow_server_gives_back_every_run_with_params_metrics_and_artifacts(project, mlflow_server):
     exp = rest(mlflow_server, "/api/2.0/mlflow/experiments/get-by-name", experiment_name="pit-default")["experiment"]
-    runs = rest(mlflow_server, "/api/2.0/mlflow/runs/search",
-                {"experiment_ids": [exp["experiment_id"]], "max_results": 1000,
-                 "filter": "attributes.status = 'FINISHED'"})["runs"]
+    runs = rest(
+        mlflow_server,
+        "/api/2.0/mlflow/runs/search",
+        {"experiment_ids": [exp["experiment_id"]], "max_results": 1000, "filter": "attributes.status = 'FINISHED'"},
+    )["runs"]
     by_name = {r["info"]["run_name"]: r for r in runs}  # one run of each name
     assert set(by_name) == expected_run_names(project.root)
     for r in runs:
         name = r["info"]["run_name"]
         assert r["data"].get("params") and r["data"].get("metrics"), name
-        files = {f["path"] for f in rest(mlflow_server, "/api/2.0/mlflow/artifacts/list",
-                                         run_id=r["info"]["run_id"]).get("files", [])}
-        expected = {"tables", "figures", "REPORT.md", "config.json"} if name.startswith("summary-") else \
-            {f"{name.split('-')[1]}.json"} if name.startswith("eval-") else {"summary.json", "run.json", "metrics.jsonl"}
+        files = {
+            f["path"]
+            for f in rest(mlflow_server, "/api/2.0/mlflow/artifacts/list", run_id=r["info"]["run_id"]).get("files", [])
+        }
+        expected = (
+            {"tables", "figures", "REPORT.md", "config.json"}
+            if name.startswith("summary-")
+            else {f"{name.split('-')[1]}.json"}
+            if name.startswith("eval-")
+            else {"summary.json", "run.json", "metrics.jsonl"}
+        )
         assert expected <= files, (name, files)
     teacher = {p["key"]: p["value"] for p in by_name["teacher-256m-pit"]["data"]["params"]}
     assert teacher["train.model"] == "results/teachers/256m/final"
@@ -252,8 +285,12 @@ def test_mlflow_server_gives_back_every_run_with_params_metrics_and_artifacts(pr
     assert {t["key"]: t["value"] for t in summary["data"]["tags"]}["profile"] == "default"
     metrics = {m["key"]: m["value"] for m in summary["data"]["metrics"]}
     assert "table1/teacher-256m-PIT/train_loss" in metrics
-    tables = {f["path"] for f in rest(mlflow_server, "/api/2.0/mlflow/artifacts/list",
-                                      run_id=summary["info"]["run_id"], path="tables")["files"]}
+    tables = {
+        f["path"]
+        for f in rest(mlflow_server, "/api/2.0/mlflow/artifacts/list", run_id=summary["info"]["run_id"], path="tables")[
+            "files"
+        ]
+    }
     assert {"tables/table1.md", "tables/table2.csv"} <= tables
     report = rest(mlflow_server, "/get-artifact", path="REPORT.md", run_uuid=summary["info"]["run_id"])
     assert report == (project.root / "results/REPORT.md").read_bytes()
@@ -261,7 +298,7 @@ def test_mlflow_server_gives_back_every_run_with_params_metrics_and_artifacts(pr
 
 def test_pit_runs_lists_the_store(project):
     from pit.errors import PitError
-    from pit.runs import format_runs, list_runs
+    from pit.tracking.run_table import format_runs, list_runs
 
     uri = f"sqlite:///{project.root / 'mlflow.db'}"
     rows = json.loads(run(["pit", "runs", "--uri", uri, "--format", "json"], project.root).stdout)
@@ -269,8 +306,13 @@ def test_pit_runs_lists_the_store(project):
     assert set(finished) == expected_run_names(project.root)
     assert finished["scratch-303m-pit"]["final_loss"] > 0 and finished["scratch-303m-pit"]["delta_ti"] < 1e-4
     table = run(["pit", "runs", "--uri", uri, "--experiment", "pit-default"], project.root).stdout
-    assert [c.strip() for c in table.splitlines()[0].split("|")[1:6]] == ["experiment", "run", "status", "start",
-                                                                          "final_loss"]
+    assert [c.strip() for c in table.splitlines()[0].split("|")[1:6]] == [
+        "experiment",
+        "run",
+        "status",
+        "start",
+        "final_loss",
+    ]
     assert "| teacher-256m-pit" in table
     assert format_runs(list_runs(uri), "csv").startswith("experiment,run,status,start,final_loss,val_loss,delta_ti")
     with pytest.raises(PitError, match="no experiment 'pit-nope'"):
@@ -279,10 +321,11 @@ def test_pit_runs_lists_the_store(project):
 
 # --- --keep-going ----------------------------------------------------------------------------------------
 
+
 def test_keep_going_finishes_the_independent_arm_and_logs_why_one_failed(project, tmp_path):
     work = tmp_path / "work"
     shutil.copytree(project.root, work, symlinks=True)  # modification times kept: only the jobs below run
-    config = yaml.safe_load((work / "config.yaml").read_text())
+    config = yaml.safe_load((work / DEFAULT_CONFIG).read_text())
     config["pretrain"]["scratch_slots"]["broken"] = {"model": "no-such-model"}
     (work / "broken.yaml").write_text(yaml.safe_dump(config))
     good = work / "results/pretrain/scratch/303m/tt/summary.json"
@@ -298,22 +341,37 @@ def test_keep_going_finishes_the_independent_arm_and_logs_why_one_failed(project
 
 # --- resume of a tied model (the stand-in teachers) ----------------------------------------------------
 
+
 def test_tied_stand_in_teacher_resumes_from_its_checkpoint(tiny_data, tmp_path):
     """A tied GPT-2 saves lm_head.weight once (as transformer.wte.weight); resuming must accept that."""
     import torch
     from safetensors.torch import load_file
 
-    from pit.train import TrainConfig, train
+    from pit.training.args import PretrainArgs
+    from pit.training.pretrain import train
 
     data = tiny_data["gpt2"]
-    spec = dict(mode="scratch", model="gpt2-tiny", interface={"kind": "tt"}, train_data=data["train"],
-                val_data=data["val"], tokenizer=data["tokenizer"], seq_len=32, global_batch_tokens=128,
-                micro_batch_size=4, max_steps=4, warmup_steps=1, checkpoint_every=2, eval_batches=1,
-                final_loss_window=2, mlflow={"enabled": False})
-    train(TrainConfig.from_dict(spec), tmp_path / "ref")
-    assert train(TrainConfig.from_dict({**spec, "stop_after_steps": 2}), tmp_path / "run") == {}
+    spec = dict(
+        mode="scratch",
+        model="gpt2-tiny",
+        interface={"kind": "tt"},
+        train_data=data["train"],
+        val_data=data["val"],
+        tokenizer=data["tokenizer"],
+        seq_len=32,
+        global_batch_tokens=128,
+        micro_batch_size=4,
+        max_steps=4,
+        warmup_steps=1,
+        checkpoint_every=2,
+        eval_batches=1,
+        final_loss_window=2,
+        mlflow={"enabled": False},
+    )
+    train(PretrainArgs.from_dict(spec), tmp_path / "ref")
+    assert train(PretrainArgs.from_dict({**spec, "stop_after_steps": 2}), tmp_path / "run") == {}
     assert (tmp_path / "run/checkpoints/step-000002").is_dir()
-    train(TrainConfig.from_dict(spec), tmp_path / "run")  # resumes at step 2
+    train(PretrainArgs.from_dict(spec), tmp_path / "run")  # resumes at step 2
     ref = load_file(tmp_path / "ref/final/model.safetensors")
     resumed = load_file(tmp_path / "run/final/model.safetensors")
     assert ref.keys() == resumed.keys() and all(torch.equal(ref[k], resumed[k]) for k in ref)
@@ -321,13 +379,15 @@ def test_tied_stand_in_teacher_resumes_from_its_checkpoint(tiny_data, tmp_path):
 
 # --- pit mlflow summary without a pipeline ---------------------------------------------------------------
 
+
 def test_summary_with_mlflow_disabled_records_that_nothing_was_logged(tmp_path):
     from pit.errors import PitError
-    from pit.tracking import log_summary
+    from pit.tracking.summary import log_summary
 
     (tmp_path / "tables").mkdir()
-    (tmp_path / "tables/table1.csv").write_text("# Table 1\nmode,slot,method,train_loss,paper_train_loss\n"
-                                               "teacher,256m,PIT,2.5,2.304\n")
+    (tmp_path / "tables/table1.csv").write_text(
+        "# Table 1\nmode,slot,method,train_loss,paper_train_loss\nteacher,256m,PIT,2.5,2.304\n"
+    )
     (tmp_path / "figures").mkdir()
     (tmp_path / "REPORT.md").write_text("# report\n")
     config = {"profile": "default", "mlflow": {"tracking_uri": None, "experiment": "pit-default", "enabled": False}}
@@ -338,5 +398,6 @@ def test_summary_with_mlflow_disabled_records_that_nothing_was_logged(tmp_path):
     with pytest.raises(PitError, match="figures .*does not exist"):
         log_summary(config, tmp_path / "tables", tmp_path / "nope", *args[2:])
 
-    from pit.tracking import table_metrics
+    from pit.tracking.summary import table_metrics
+
     assert table_metrics(tmp_path / "tables/table1.csv") == {"table1/teacher-256m-PIT/train_loss": 2.5}

@@ -2,6 +2,7 @@
 
 import os
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +31,9 @@ def test_passing_and_failing_programs():
     assert result.status == "failed" and "AssertionError: arithmetic" in result.detail
     assert run_python("raise SystemExit(3)") == Result("failed", "exit status 3")
     assert run_python("raise SystemExit(200)") == Result("failed", "exit status 200")
-    assert run_python("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)") == Result("failed", "killed by SIGSEGV")
+    assert run_python("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)") == Result(
+        "failed", "killed by SIGSEGV"
+    )
     assert run_python("def f(:\n  pass").status == "failed"
 
 
@@ -74,7 +77,7 @@ def test_writes_outside_the_sandbox_fail(tmp_path):
         assert_contained(f"with open({str(target)!r}, 'a') as f:\n    f.write('pwned')\n")
     assert keep.read_text() == "untouched"
     assert not (tmp_path / "new.txt").exists() and not os.path.exists("/root/pit-sandbox-escape")
-    assert "pwned" not in open("/etc/passwd").read()
+    assert "pwned" not in Path("/etc/passwd").read_text()
     # its own directory (and a private /tmp) are writable, and vanish afterwards
     assert run_python("open('out.txt', 'w').write('x')\nopen('/tmp/y', 'w').write('y')").passed
 
@@ -105,7 +108,10 @@ def test_output_flood_is_cut():
 
 @needs_root
 def test_runs_as_an_unprivileged_uid_with_a_minimal_environment():
-    source = (f"import os\nassert os.getuid() == {sandbox_uid(0)} and os.getuid() != 0\n"
-              "assert set(os.environ) <= {'PATH', 'HOME', 'TMPDIR', 'LANG', 'LD_LIBRARY_PATH', 'LC_CTYPE'}, os.environ\n"
-              "assert os.getcwd() == '/tmp/work'\n")
+    source = (
+        f"import os\nassert os.getuid() == {sandbox_uid(0)} and os.getuid() != 0\n"
+        "assert set(os.environ) <= {'PATH', 'HOME', 'TMPDIR', 'LANG', 'LD_LIBRARY_PATH', 'LC_CTYPE'}, "
+        "os.environ\n"
+        "assert os.getcwd() == '/tmp/work'\n"
+    )
     assert run_python(source).passed

@@ -14,14 +14,29 @@ import torch
 from safetensors.torch import load_file
 
 from pit.errors import PitError
-from pit.train import TrainConfig, train
+from pit.training.args import PretrainArgs
+from pit.training.pretrain import train
 
 
 def spec(data, tok="bpe2k", **kw):
-    base = dict(mode="scratch", model="scratch-tiny", interface={"kind": "pit"}, train_data=data[tok]["train"],
-                val_data=data[tok]["val"], tokenizer=data[tok]["tokenizer"], seq_len=32, global_batch_tokens=256,
-                micro_batch_size=4, max_steps=8, warmup_steps=2, lr=3e-3, min_lr=3e-4, eval_batches=2,
-                final_loss_window=3, mlflow={"enabled": False})
+    base = dict(
+        mode="scratch",
+        model="scratch-tiny",
+        interface={"kind": "pit"},
+        train_data=data[tok]["train"],
+        val_data=data[tok]["val"],
+        tokenizer=data[tok]["tokenizer"],
+        seq_len=32,
+        global_batch_tokens=256,
+        micro_batch_size=4,
+        max_steps=8,
+        warmup_steps=2,
+        lr=3e-3,
+        min_lr=3e-4,
+        eval_batches=2,
+        final_loss_window=3,
+        mlflow={"enabled": False},
+    )
     base.update(kw)
     return base
 
@@ -31,13 +46,14 @@ def rows(run_dir):
 
 
 def pit_cli(*args, env=None, **kw):
-    return subprocess.run([sys.executable, "-m", "pit.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "pit", *args], capture_output=True, text=True, env={**os.environ, **(env or {})}, **kw
+    )
 
 
 @pytest.mark.parametrize("kind", ["pit", "tt", "untied"])
 def test_run_folder_metrics_and_interface(kind, tiny_data, tmp_path):
-    summary = train(TrainConfig.from_dict(spec(tiny_data, interface={"kind": kind})), tmp_path)
+    summary = train(PretrainArgs.from_dict(spec(tiny_data, interface={"kind": kind})), tmp_path)
     metrics = rows(tmp_path)
     assert [r["step"] for r in metrics] == list(range(1, 9))
     assert all({"tokens", "loss", "lr", "grad_norm", "tokens_per_s", "delta_ti"} <= set(r) for r in metrics)
@@ -50,7 +66,8 @@ def test_run_folder_metrics_and_interface(kind, tiny_data, tmp_path):
     for key in ("val_loss", "val_ppl", "runtime_s", "tokens", "peak_memory_mb", "first_step_loss"):
         assert key in summary
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
-    from pit.checkpoint import load_model
+    from pit.models.checkpoint import load_model
+
     model = load_model(tmp_path / "final")
     assert model.interface.kind == kind
     assert (tmp_path / "final" / "tokenizer.json").is_file()
@@ -60,9 +77,9 @@ def test_run_folder_metrics_and_interface(kind, tiny_data, tmp_path):
 def test_sigkill_then_resume_matches_uninterrupted_run(tiny_data, tmp_path):
     s = spec(tiny_data, max_steps=16, checkpoint_every=4)
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "killed"
-    train(TrainConfig.from_dict(s), ref_dir)
+    train(PretrainArgs.from_dict(s), ref_dir)
 
-    cmd = [sys.executable, "-m", "pit.cli", "train", "--spec", json.dumps(s), "--out", str(run_dir)]
+    cmd = [sys.executable, "-m", "pit", "train", "--spec", json.dumps(s), "--out", str(run_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     while not (run_dir / "checkpoints" / "step-000008").exists():
@@ -78,7 +95,10 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tiny_data, tmp_path):
     assert [r["step"] for r in resumed] == list(range(1, 17))
     for a, b in zip(ref, resumed):
         assert abs(a["loss"] - b["loss"]) <= 1e-6, (a, b)
-    w_ref, w_run = load_file(ref_dir / "final" / "model.safetensors"), load_file(run_dir / "final" / "model.safetensors")
+    w_ref, w_run = (
+        load_file(ref_dir / "final" / "model.safetensors"),
+        load_file(run_dir / "final" / "model.safetensors"),
+    )
     assert w_ref.keys() == w_run.keys()
     assert all(torch.equal(w_ref[k], w_run[k]) for k in w_ref)
 
@@ -87,11 +107,24 @@ def test_ddp_two_processes_match_single_process(tiny_data, tmp_path):
     s = spec(tiny_data, max_steps=5, global_batch_tokens=512, micro_batch_size=4, threads=1)
     single = tmp_path / "single"
     threads = torch.get_num_threads()
-    train(TrainConfig.from_dict(s), single)
+    train(PretrainArgs.from_dict(s), single)
     assert torch.get_num_threads() == threads, "train() must restore the caller's thread count"
     ddp = tmp_path / "ddp"
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-                f"--master_port={free_port()}", "-m", "pit.cli", "train", "--spec", json.dumps(s), "--out", str(ddp)]
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        "-m",
+        "pit",
+        "train",
+        "--spec",
+        json.dumps(s),
+        "--out",
+        str(ddp),
+    ]
     rc = subprocess.run(torchrun, capture_output=True, text=True, timeout=600)
     assert rc.returncode == 0, rc.stderr[-3000:]
     a, b = rows(single), rows(ddp)
@@ -111,13 +144,24 @@ def test_mlflow_sqlite_store_has_params_metrics_artifacts(tiny_data, tmp_path):
     import mlflow
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    train(TrainConfig.from_dict(spec(tiny_data, run_name="scratch-tiny-pit", tags={"slot": "303m"},
-                                     mlflow={"tracking_uri": uri, "experiment": "pit-test"})), tmp_path / "run")
+    train(
+        PretrainArgs.from_dict(
+            spec(
+                tiny_data,
+                run_name="scratch-tiny-pit",
+                tags={"slot": "303m"},
+                mlflow={"tracking_uri": uri, "experiment": "pit-test"},
+            )
+        ),
+        tmp_path / "run",
+    )
     client = mlflow.MlflowClient(uri)
     exp = client.get_experiment_by_name("pit-test")
     (run,) = client.search_runs([exp.experiment_id])
     assert run.info.run_name == "scratch-tiny-pit" and run.info.status == "FINISHED"
-    assert run.data.tags["interface"] == "pit" and run.data.tags["mode"] == "scratch" and run.data.tags["slot"] == "303m"
+    assert (
+        run.data.tags["interface"] == "pit" and run.data.tags["mode"] == "scratch" and run.data.tags["slot"] == "303m"
+    )
     assert run.data.params["train.max_steps"] == "8" and len(run.data.params["git_commit"]) >= 7
     assert "tokenizer_sha256" in run.data.params and "train_data_sha256" in run.data.params
     history = client.get_metric_history(run.info.run_id, "loss")
@@ -132,17 +176,38 @@ def test_mlflow_server_down_mid_run_does_not_stop_training(tiny_data, tmp_path):
 
     port = free_port()
     store = f"sqlite:///{tmp_path / 'server.db'}"
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store,
-                               "--default-artifact-root", str(tmp_path / "artifacts"), "--host", "127.0.0.1",
-                               "--port", str(port), "--workers", "1"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            store,
+            "--default-artifact-root",
+            str(tmp_path / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     uri = f"http://127.0.0.1:{port}"
     try:
         wait_for_port(port, 120)
         s = spec(tiny_data, max_steps=30, mlflow={"tracking_uri": uri, "experiment": "served"})
         run_dir = tmp_path / "run"
-        proc = subprocess.Popen([sys.executable, "-m", "pit.cli", "train", "--spec", json.dumps(s), "--out",
-                                 str(run_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pit", "train", "--spec", json.dumps(s), "--out", str(run_dir)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.time() + 240
         while not ((run_dir / "metrics.jsonl").exists() and len(rows(run_dir)) >= 3):
             assert proc.poll() is None and time.time() < deadline
@@ -179,50 +244,82 @@ def wait_for_port(port, timeout):
 
 def test_teacher_mode_arms_start_from_the_teacher(tiny_data, tmp_path):
     from pit.models import build_model, load_teacher
-    from pit.train import build_run_model
+    from pit.training.pretrain import build_run_model
 
     teacher = build_model("gpt2-tiny", seed=0)
     teacher.save_pretrained(tmp_path / "teacher")
     E0 = teacher.transformer.wte.weight.detach()
     for kind, t_init in (("pit", "inverse_h"), ("tt", "identity"), ("untied", "identity")):
-        cfg = TrainConfig.from_dict(spec(tiny_data, tok="gpt2", mode="teacher", model=str(tmp_path / "teacher"),
-                                         interface={"kind": kind, "t_init": t_init}))
+        cfg = PretrainArgs.from_dict(
+            spec(
+                tiny_data,
+                tok="gpt2",
+                mode="teacher",
+                model=str(tmp_path / "teacher"),
+                interface={"kind": kind, "t_init": t_init},
+            )
+        )
         model = build_run_model(cfg, 50257)
         E = model.interface.input_embedding().detach()
         assert ((E - E0).norm() / E0.norm()).item() < 1e-4, kind
-    summary = train(TrainConfig.from_dict(spec(tiny_data, tok="gpt2", mode="teacher", model=str(tmp_path / "teacher"),
-                                               interface={"kind": "pit"}, max_steps=3)), tmp_path / "run")
+    summary = train(
+        PretrainArgs.from_dict(
+            spec(
+                tiny_data,
+                tok="gpt2",
+                mode="teacher",
+                model=str(tmp_path / "teacher"),
+                interface={"kind": "pit"},
+                max_steps=3,
+            )
+        ),
+        tmp_path / "run",
+    )
     assert rows(tmp_path / "run")[0]["loss"] == summary["first_step_loss"]
     assert isinstance(load_teacher(str(tmp_path / "teacher")), type(teacher))
 
 
 def test_bad_input_fails_before_training(tiny_data, tmp_path):
     with pytest.raises(PitError, match=r"global_batch_tokens 1000 is not a multiple of micro_batch_size x seq_len"):
-        train(TrainConfig.from_dict(spec(tiny_data, global_batch_tokens=1000)), tmp_path / "a")
+        train(PretrainArgs.from_dict(spec(tiny_data, global_batch_tokens=1000)), tmp_path / "a")
     assert not (tmp_path / "a").exists()
     with pytest.raises(PitError, match=r"cannot load teacher '.*no-teacher'"):
-        train(TrainConfig.from_dict(spec(tiny_data, tok="gpt2", mode="teacher", model=str(tmp_path / "no-teacher"))),
-              tmp_path / "b")
+        train(
+            PretrainArgs.from_dict(spec(tiny_data, tok="gpt2", mode="teacher", model=str(tmp_path / "no-teacher"))),
+            tmp_path / "b",
+        )
     # a checkpoint of another architecture given as the teacher
+    from pit.core.interfaces import InterfaceConfig
     from pit.models import build_model
-    from pit.tying import InterfaceConfig
+
     build_model("scratch-tiny", InterfaceConfig(kind="tt"), vocab_size=50257).save_pretrained(tmp_path / "scratch")
     with pytest.raises(PitError, match=r"expected a GPT-2-architecture causal LM"):
-        train(TrainConfig.from_dict(spec(tiny_data, tok="gpt2", mode="teacher", model=str(tmp_path / "scratch"))),
-              tmp_path / "c")
+        train(
+            PretrainArgs.from_dict(spec(tiny_data, tok="gpt2", mode="teacher", model=str(tmp_path / "scratch"))),
+            tmp_path / "c",
+        )
     with pytest.raises(PitError, match=r"unknown keys \['lr_max'\]"):
-        TrainConfig.from_dict({**spec(tiny_data), "lr_max": 1.0})
+        PretrainArgs.from_dict({**spec(tiny_data), "lr_max": 1.0})
     rc = pit_cli("train", "--spec", json.dumps(spec(tiny_data, micro_batch_size=0)), "--out", str(tmp_path / "d"))
     assert rc.returncode == 2 and "micro_batch_size 0; expected > 0" in rc.stderr
 
 
 def test_spike_and_nonfinite_policies(tiny_data, tmp_path):
     # an absurd learning rate makes the loss blow up; 'stop' ends the run with a clear error
-    s = spec(tiny_data, lr=50.0, min_lr=50.0, warmup_steps=0, max_steps=12, spike_factor=1.5, on_spike="stop",
-             on_nonfinite="stop", grad_clip=1e6)
+    s = spec(
+        tiny_data,
+        lr=50.0,
+        min_lr=50.0,
+        warmup_steps=0,
+        max_steps=12,
+        spike_factor=1.5,
+        on_spike="stop",
+        on_nonfinite="stop",
+        grad_clip=1e6,
+    )
     with pytest.raises(PitError, match=r"(spike|nonfinite) loss"):
-        train(TrainConfig.from_dict(s), tmp_path / "stop")
+        train(PretrainArgs.from_dict(s), tmp_path / "stop")
     s.update(on_spike="skip", on_nonfinite="skip")
-    train(TrainConfig.from_dict(s), tmp_path / "skip")
+    train(PretrainArgs.from_dict(s), tmp_path / "skip")
     events = [r.get("event") for r in rows(tmp_path / "skip")]
     assert "spike" in events or "nonfinite" in events

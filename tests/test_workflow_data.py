@@ -6,45 +6,18 @@ runs in a temporary directory (`--directory`), never in the repository's results
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
+from helpers import PAPER_CONFIG, job_counts, snakemake, write_config
 from transformers import AutoTokenizer
 
 from pit.data.download import iter_text_batches
 from pit.data.reader import TokenFile
 from pit.data.tokenizers import tiktoken_gpt2
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
-
-
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = os.environ | {"HF_HUB_OFFLINE": "1"}  # the data stage of the default profile needs no network
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-def job_counts(dry_run_output: str) -> dict[str, int]:
-    """{rule: jobs} from the `Job stats` table of a dry run."""
-    table = dry_run_output.split("Job stats:")[1].split("total")[0]
-    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
-
-
-def write_config(path: Path, edit) -> Path:
-    config = yaml.safe_load((ROOT / "config.yaml").read_text())
-    edit(config)
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +73,7 @@ def test_decoding_the_token_files_gives_back_the_documents(built, tokenizer):
 
 
 def test_paper_profile_dry_run_lists_the_data_jobs(tmp_path):
-    proc = snakemake(tmp_path, "-n", "data", "--configfile", str(ROOT / "config/paper.yaml"))
+    proc = snakemake(tmp_path, "-n", "data", "--configfile", str(PAPER_CONFIG))
     counts = job_counts(proc.stdout)
     assert counts == {"download_corpus": 1, "gpt2_tokenizer": 1, "train_bpe_tokenizer": 1, "tokenize": 4, "data": 1}
     assert "resources/corpus/fineweb-edu-10BT/manifest.json" in proc.stdout
@@ -110,9 +83,18 @@ def test_paper_profile_dry_run_lists_the_data_jobs(tmp_path):
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda c: c["corpus"].update(sed=0), "invalid config at corpus: Additional properties are not allowed ('sed' was unexpected)"),
-        (lambda c: c["tokenize"].update(token_budget=-5), "invalid config at tokenize.token_budget: -5 is less than the minimum of 1"),
-        (lambda c: c["tokenizers"]["bpe32k"].update(vocab_size="big"), "invalid config at tokenizers.bpe32k.vocab_size: 'big' is not of type 'integer'"),
+        (
+            lambda c: c["corpus"].update(sed=0),
+            "invalid config at corpus: Additional properties are not allowed ('sed' was unexpected)",
+        ),
+        (
+            lambda c: c["tokenize"].update(token_budget=-5),
+            "invalid config at tokenize.token_budget: -5 is less than the minimum of 1",
+        ),
+        (
+            lambda c: c["tokenizers"]["bpe32k"].update(vocab_size="big"),
+            "invalid config at tokenizers.bpe32k.vocab_size: 'big' is not of type 'integer'",
+        ),
     ],
 )
 def test_bad_config_stops_with_one_line_naming_it(tmp_path, edit, message):
@@ -128,7 +110,13 @@ def test_bad_config_stops_with_one_line_naming_it(tmp_path, edit, message):
     [
         ({"glob": "/no/such/folder/**/*.txt"}, "pit data: error: corpus glob '/no/such/folder/**/*.txt'"),
         (
-            {"source": "hub", "hub_id": "no-such-org/no-such-data", "hub_config": None, "hub_split": "train", "text_field": "text"},
+            {
+                "source": "hub",
+                "hub_id": "no-such-org/no-such-data",
+                "hub_config": None,
+                "hub_split": "train",
+                "text_field": "text",
+            },
             "pit data: error: cannot open hub data set 'no-such-org/no-such-data'",
         ),
     ],

@@ -1,7 +1,7 @@
 """The pipeline through Snakemake on a reduced default profile (one teacher slot with a stand-in
 teacher, one scratch slot, PIT and TT): pretraining, diagnostics, LoRA post-training on MBPP with
 evaluation, tables, figures, report. The results are those of the run the end-to-end tests share
-(tests/pipeline.py: a temporary project, killed once and resumed)."""
+(tests/helpers.py: a temporary project, killed once and resumed)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import json
 
 import numpy as np
 import pytest
-
-from test_workflow_data import ROOT, job_counts, snakemake
+from helpers import PAPER_CONFIG, job_counts, snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -47,10 +46,23 @@ def test_runs_are_in_the_project_mlflow_store(pipeline):
     client = mlflow.MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     exp = client.get_experiment_by_name("pit-default")
     names = sorted(r.info.run_name for r in client.search_runs([exp.experiment_id], "attributes.status = 'FINISHED'"))
-    lora = [f"{stage}-mbpp-{m}-{s}-{i}" for stage in ("eval", "lora") for m, s in (("scratch", "303m"), ("teacher", "256m"))
-            for i in ("pit", "tt")]
-    assert names == sorted(lora + ["scratch-303m-pit", "scratch-303m-tt", "stand-in-teacher-256m", "summary-default",
-                                   "teacher-256m-pit", "teacher-256m-tt"])
+    lora = [
+        f"{stage}-mbpp-{m}-{s}-{i}"
+        for stage in ("eval", "lora")
+        for m, s in (("scratch", "303m"), ("teacher", "256m"))
+        for i in ("pit", "tt")
+    ]
+    assert names == sorted(
+        lora
+        + [
+            "scratch-303m-pit",
+            "scratch-303m-tt",
+            "stand-in-teacher-256m",
+            "summary-default",
+            "teacher-256m-pit",
+            "teacher-256m-tt",
+        ]
+    )
 
 
 def test_diagnostics_separate_pit_from_tt(pipeline):
@@ -73,8 +85,13 @@ def test_tables_figures_and_report(pipeline):
             assert "default" in text, (name, suffix)
     table2 = (workdir / "results/tables/table2.csv").read_text()
     assert "raw_cosine" in table2 and "polar_cosine" in table2 and "paper_cosine" in table2
-    for png in ("figure3_scratch_loss", "figure4_teacher_loss", "interface_drift", "figure2_transition",
-                "side_effects"):
+    for png in (
+        "figure3_scratch_loss",
+        "figure4_teacher_loss",
+        "interface_drift",
+        "figure2_transition",
+        "side_effects",
+    ):
         image = Image.open(workdir / f"results/figures/{png}.png")
         assert image.size[0] > 300 and image.size[1] > 200
         assert len(np.unique(np.asarray(image.convert("L")))) > 20, f"{png} looks blank"
@@ -99,8 +116,16 @@ def test_post_training_fills_table4_with_scores_gains_and_side_effects(pipeline)
             assert (run / "mbpp/merged/model.safetensors").is_file()
     table = pd.read_csv(workdir / "results/tables/table4.csv", comment="#")
     assert len(table) == 4 and set(table["method"]) == {"PIT", "TT"}
-    for col in ("mbpp", "paper_mbpp", "humaneval", "paper_humaneval", "gain_mbpp", "kl_mbpp",
-                "val_loss_change_mbpp", "interface_change_mbpp"):
+    for col in (
+        "mbpp",
+        "paper_mbpp",
+        "humaneval",
+        "paper_humaneval",
+        "gain_mbpp",
+        "kl_mbpp",
+        "val_loss_change_mbpp",
+        "interface_change_mbpp",
+    ):
         assert table[col].notna().all(), col
     assert (table["kl_mbpp"] > 0).all() and (table["problems"].astype(str) == "2").all()
     assert (table["standin_data"] == "mbpp-standin").all()  # HumanEval is the real data set
@@ -108,7 +133,7 @@ def test_post_training_fills_table4_with_scores_gains_and_side_effects(pipeline)
 
 
 def test_paper_profile_dry_run_has_twelve_gpu_pretraining_jobs(tmp_path):
-    proc = snakemake(tmp_path, "-n", "-p", "pretrain_all", "--configfile", str(ROOT / "config/paper.yaml"))
+    proc = snakemake(tmp_path, "-n", "-p", "pretrain_all", "--configfile", str(PAPER_CONFIG))
     counts = job_counts(proc.stdout)
     assert counts["pretrain"] == 12 and "pretrain_stand_in_teacher" not in counts
     assert proc.stdout.count("gpus=1") >= 12
@@ -124,24 +149,47 @@ def test_html_report_renders_in_headless_chromium(pipeline_project, tmp_path):
     pipeline_project.snakemake("--report", "report.html")
     html = workdir / "report.html"
     raw = html.read_text()
-    for name in ("table1.csv", "table2.csv", "table3.csv", "figure3_scratch_loss.png", "figure4_teacher_loss.png",
-                 "interface_drift.png", "figure2_transition.png"):
+    for name in (
+        "table1.csv",
+        "table2.csv",
+        "table3.csv",
+        "figure3_scratch_loss.png",
+        "figure4_teacher_loss.png",
+        "interface_drift.png",
+        "figure2_transition.png",
+    ):
         assert name in raw, name
     chromium = shutil.which("chromium")
     assert chromium, "Chromium is required for this test (scripts/setup.sh installs Debian's chromium)"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
-             "--virtual-time-budget=15000"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--virtual-time-budget=15000",
+    ]
     dom = subprocess.run([chromium, *flags, "--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=180)
     assert dom.returncode == 0, dom.stderr[-2000:]
-    body = re.sub(r"<script.*?</script>", "", dom.stdout[dom.stdout.find("<body"):], flags=re.S)
+    body = re.sub(r"<script.*?</script>", "", dom.stdout[dom.stdout.find("<body") :], flags=re.S)
     text = re.sub(r"<[^>]+>", " ", body)
     assert "Tables" in text and "Figures" in text, "the report's result categories were not rendered"
     assert "Read results/REPORT.md" in " ".join(text.split())
     assert "Uncaught" not in dom.stderr, [line for line in dom.stderr.splitlines() if "Uncaught" in line]
     shot = tmp_path / "report.png"
-    subprocess.run([chromium, *flags, f"--screenshot={shot}", "--window-size=1280,900", html.as_uri()],
-                   capture_output=True, text=True, timeout=180, check=True)
+    subprocess.run(
+        [chromium, *flags, f"--screenshot={shot}", "--window-size=1280,900", html.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    )
     from PIL import Image
+
     assert len(np.unique(np.asarray(Image.open(shot).convert("L")))) > 10, "the rendered report is blank"

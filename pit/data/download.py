@@ -19,8 +19,9 @@ import json
 import os
 import re
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -98,9 +99,7 @@ def open_stream(spec: dict[str, Any]):
     if spec["source"] == "local":
         root, paths = local_files(spec["glob"], spec["exclude"])
         # One generator shard: datasets would otherwise split `paths` and could reorder them.
-        return datasets.IterableDataset.from_generator(
-            _local_documents, gen_kwargs={"root": str(root), "paths": paths}
-        )
+        return datasets.IterableDataset.from_generator(_local_documents, gen_kwargs={"root": str(root), "paths": paths})
     return _open_hub(spec["hub_id"], spec["hub_config"], spec["hub_split"])
 
 
@@ -205,8 +204,14 @@ def _download_chunks(spec: dict[str, Any], stream, folder: Path, progress: dict[
         index = progress["documents"] + len(rows)
         text = doc[text_field]
         if not isinstance(text, str):
-            raise PitError(f"corpus text_field {text_field!r}: document {index} holds {type(text).__name__}, expected str")
-        row = {"doc_index": index, "text": text, "split": "val" if is_val(index, spec["seed"], spec["val_fraction"]) else "train"}
+            raise PitError(
+                f"corpus text_field {text_field!r}: document {index} holds {type(text).__name__}, expected str"
+            )
+        row = {
+            "doc_index": index,
+            "text": text,
+            "split": "val" if is_val(index, spec["seed"], spec["val_fraction"]) else "train",
+        }
         if spec["source"] == "local":
             row |= {"path": doc["path"], "sha256": doc["sha256"]}
         rows.append(row | {"nbytes": len(text.encode("utf-8"))})

@@ -25,7 +25,9 @@ class TokenFile:
         self.path = Path(path)
         sidecar = self.path.with_suffix(".json")
         if not self.path.is_file() or not sidecar.is_file():
-            raise PitError(f"token file {str(self.path)!r}: expected it and its sidecar {sidecar.name} (run `pit data tokenize`)")
+            raise PitError(
+                f"token file {str(self.path)!r}: expected it and its sidecar {sidecar.name} (run `pit data tokenize`)"
+            )
         self.meta: dict[str, Any] = json.loads(sidecar.read_text())
         dtype = np.dtype(self.meta["dtype"])
         expected = self.meta["tokens"] * dtype.itemsize
@@ -42,7 +44,8 @@ class TokenFile:
     def _check_fits(self, seq_len: int) -> None:
         if len(self) < seq_len + 1:
             raise PitError(
-                f"token file {str(self.path)!r} holds {len(self)} tokens, fewer than one window of seq_len + 1 = {seq_len + 1}"
+                f"token file {str(self.path)!r} holds {len(self)} tokens, fewer than one window of "
+                f"seq_len + 1 = {seq_len + 1}"
             )
 
     def random_starts(self, n: int, seq_len: int, rng: np.random.Generator) -> np.ndarray:
@@ -62,7 +65,9 @@ class TokenFile:
         starts = np.asarray(starts, dtype=np.int64)
         if starts.size and (starts.min() < 0 or starts.max() > len(self) - seq_len - 1):
             raise PitError(f"window starts must lie in [0, {len(self) - seq_len - 1}] for seq_len {seq_len}")
-        rows = np.stack([self.tokens[s : s + seq_len + 1] for s in starts]) if starts.size else np.zeros((0, seq_len + 1))
+        rows = (
+            np.stack([self.tokens[s : s + seq_len + 1] for s in starts]) if starts.size else np.zeros((0, seq_len + 1))
+        )
         return torch.from_numpy(rows.astype(np.int64))
 
     def documents(self) -> list[np.ndarray]:

@@ -57,6 +57,23 @@ def _in_order(pool, batches, depth: int):
         yield pending.popleft().get()
 
 
+def write_tokens(f, results, token_budget: int | None, bar) -> tuple[int, int]:
+    """Write the encoded batches to `f` in order; with `token_budget`, keep the whole documents that still fit,
+    then stop. Returns (tokens, documents) written."""
+    n_tokens = n_docs = 0
+    for ids, lengths in results:
+        over_budget = token_budget is not None and n_tokens + len(ids) > token_budget
+        if over_budget:  # keep the whole documents that still fit, then stop
+            keep = int(np.searchsorted(np.cumsum(lengths), token_budget - n_tokens, side="right"))
+            ids, lengths = ids[: int(lengths[:keep].sum())], lengths[:keep]
+        f.write(ids.tobytes())
+        n_tokens, n_docs = n_tokens + len(ids), n_docs + len(lengths)
+        bar.update(len(lengths))
+        if over_budget:
+            break
+    return n_tokens, n_docs
+
+
 def tokenize_split(
     corpus: str | os.PathLike,
     split: str,
@@ -84,8 +101,6 @@ def tokenize_split(
     init_args = (str(Path(tokenizer_folder) / "tokenizer.json"), meta["eos_id"], dtype.str)
     batches = iter_text_batches(corpus, split, batch_documents)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker process
-
-    n_tokens = n_docs = 0
     out = Path(out)
     # Fork before anything starts threads (tqdm, Parquet reads); workers load their own tokenizer.
     pool = multiprocessing.get_context("fork").Pool(workers, _init_worker, init_args) if workers > 1 else None
@@ -93,20 +108,9 @@ def tokenize_split(
     try:
         if pool is None:
             _init_worker(*init_args)
-            results = map(_encode_batch, batches)
-        else:
-            results = _in_order(pool, batches, depth=4 * workers)
+        results = map(_encode_batch, batches) if pool is None else _in_order(pool, batches, depth=4 * workers)
         with atomic_path(out) as tmp, open(tmp, "wb") as f:
-            for ids, lengths in results:
-                over_budget = token_budget is not None and n_tokens + len(ids) > token_budget
-                if over_budget:  # keep the whole documents that still fit, then stop
-                    keep = int(np.searchsorted(np.cumsum(lengths), token_budget - n_tokens, side="right"))
-                    ids, lengths = ids[: int(lengths[:keep].sum())], lengths[:keep]
-                f.write(ids.tobytes())
-                n_tokens, n_docs = n_tokens + len(ids), n_docs + len(lengths)
-                bar.update(len(lengths))
-                if over_budget:
-                    break
+            n_tokens, n_docs = write_tokens(f, results, token_budget, bar)
             f.flush()
             if context_length is not None and n_tokens < context_length + 1:
                 raise PitError(

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pit.data.download import iter_text_batches, read_manifest
 from pit.errors import PitError
@@ -35,7 +36,9 @@ def check_spec(name: str, spec: dict[str, Any]) -> None:
         if not isinstance(spec["min_frequency"], int) or spec["min_frequency"] < 1:
             raise PitError(f"tokenizer {name!r} min_frequency {spec['min_frequency']!r}: expected an integer >= 1")
         if spec["sample_bytes"] is not None and (not isinstance(spec["sample_bytes"], int) or spec["sample_bytes"] < 1):
-            raise PitError(f"tokenizer {name!r} sample_bytes {spec['sample_bytes']!r}: expected a positive integer or null")
+            raise PitError(
+                f"tokenizer {name!r} sample_bytes {spec['sample_bytes']!r}: expected a positive integer or null"
+            )
 
 
 def gpt2_package_files() -> tuple[Path, Path]:
@@ -125,7 +128,9 @@ def save_tokenizer(tokenizer, out: str | os.PathLike, meta: dict[str, Any]) -> d
     return meta
 
 
-def build_tokenizer(name: str, spec: dict[str, Any], out: str | os.PathLike, corpus: str | None = None) -> dict[str, Any]:
+def build_tokenizer(
+    name: str, spec: dict[str, Any], out: str | os.PathLike, corpus: str | None = None
+) -> dict[str, Any]:
     """Build the tokenizer `name` described by `spec` into the folder `out`; return its meta."""
     check_spec(name, spec)
     meta: dict[str, Any] = {"name": name, "spec": spec}
@@ -142,7 +147,9 @@ def load_tokenizer(folder: str | os.PathLike):
     folder = Path(folder)
     meta_path, json_path = folder / "meta.json", folder / "tokenizer.json"
     if not meta_path.is_file() or not json_path.is_file():
-        raise PitError(f"tokenizer folder {str(folder)!r}: expected meta.json and tokenizer.json (run `pit data tokenizer`)")
+        raise PitError(
+            f"tokenizer folder {str(folder)!r}: expected meta.json and tokenizer.json (run `pit data tokenizer`)"
+        )
     meta = json.loads(meta_path.read_text())
     if sha256_file(json_path) != meta["tokenizer_sha256"]:
         raise PitError(f"tokenizer folder {str(folder)!r}: tokenizer.json does not match the sha256 in meta.json")

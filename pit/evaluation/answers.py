@@ -32,7 +32,7 @@ def extract_answer(text: str) -> float | None:
     """The final numeric answer of `text` (see the module docstring), or None when it has no number."""
     for marker in MARKERS:
         hits = list(marker.finditer(text))
-        if hits and (after := numbers(text[hits[-1].end():])):
+        if hits and (after := numbers(text[hits[-1].end() :])):
             return after[0]
     found = numbers(text)
     return found[-1] if found else None

@@ -19,11 +19,11 @@ def truncate(text: str, stops: list[str]) -> str:
 
 
 def load(checkpoint: str | Path, tokenizer: str | Path | None = None, device: str = "cpu"):
-    """A project checkpoint (pit.checkpoint.load_model) and its tokenizer (from the checkpoint folder)."""
+    """A project checkpoint (pit.models.checkpoint.load_model) and its tokenizer (from the checkpoint folder)."""
     from transformers import AutoTokenizer
 
-    from pit.checkpoint import load_model
     from pit.errors import PitError
+    from pit.models.checkpoint import load_model
 
     folder = Path(tokenizer or checkpoint)
     try:
@@ -33,9 +33,19 @@ def load(checkpoint: str | Path, tokenizer: str | Path | None = None, device: st
     return load_model(checkpoint, device=device), tok
 
 
-def generate(model, tokenizer, prompts: list[str], *, stops: tuple[str, ...] | list[str] = (), max_new_tokens: int = 256,
-             batch_size: int = 8, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
-             progress: bool = True) -> list[str]:
+def generate(
+    model,
+    tokenizer,
+    prompts: list[str],
+    *,
+    stops: tuple[str, ...] | list[str] = (),
+    max_new_tokens: int = 256,
+    batch_size: int = 8,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    progress: bool = True,
+) -> list[str]:
     """One completion per prompt, in prompt order."""
     import torch
     from tqdm import tqdm
@@ -55,22 +65,35 @@ def generate(model, tokenizer, prompts: list[str], *, stops: tuple[str, ...] | l
             self.start = start
 
         def __call__(self, input_ids, scores, **kwargs):
-            texts = tokenizer.batch_decode(input_ids[:, self.start:], skip_special_tokens=True)
+            texts = tokenizer.batch_decode(input_ids[:, self.start :], skip_special_tokens=True)
             return torch.tensor([any(s in t for s in stops) for t in texts], device=input_ids.device)
 
-    sampling = dict(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p) if temperature > 0 else \
-        dict(do_sample=False, temperature=None, top_k=None, top_p=None)
+    sampling = (
+        dict(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p)
+        if temperature > 0
+        else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
+    )
     completions = []
     for b in tqdm(range(0, len(prompts), batch_size), desc="generate", disable=not progress):
-        batch = tokenizer(prompts[b:b + batch_size], return_tensors="pt", padding=True, truncation=max_prompt is not None,
-                          max_length=max_prompt)
+        batch = tokenizer(
+            prompts[b : b + batch_size],
+            return_tensors="pt",
+            padding=True,
+            truncation=max_prompt is not None,
+            max_length=max_prompt,
+        )
         batch = {k: v.to(device) for k, v in batch.items()}
         start = batch["input_ids"].shape[1]
         with torch.no_grad():
-            out = model.generate(**batch, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                                 eos_token_id=tokenizer.eos_token_id, use_cache=True,
-                                 stopping_criteria=StoppingCriteriaList([StopOnText(start)] if stops else []),
-                                 **sampling)
+            out = model.generate(
+                **batch,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+                use_cache=True,
+                stopping_criteria=StoppingCriteriaList([StopOnText(start)] if stops else []),
+                **sampling,
+            )
         texts = tokenizer.batch_decode(out[:, start:], skip_special_tokens=True)
         completions += [truncate(t, list(stops)) for t in texts]
     return completions

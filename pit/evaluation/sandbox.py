@@ -130,14 +130,29 @@ def _run(scratch: str, out, limits: Limits, slot: int) -> tuple[bool, int]:
     """Start the sample, enforce the wall clock, clean up every process it made. Returns (timed_out, rc)."""
     uid = sandbox_uid(slot)
     if isolated():
-        spec = dict(scratch=scratch, uid=uid, limits=_rlimits(limits), tmpfs_mb=limits.tmpfs_mb,
-                    prefix=sys.base_prefix, executable=_executable(), env=_environment(scratch))
+        spec = dict(
+            scratch=scratch,
+            uid=uid,
+            limits=_rlimits(limits),
+            tmpfs_mb=limits.tmpfs_mb,
+            prefix=sys.base_prefix,
+            executable=_executable(),
+            env=_environment(scratch),
+        )
         cmd, preexec = [sys.executable, "-I", "-S", os.path.abspath(__file__), json.dumps(spec)], None
     else:
         cmd = [sys.executable, "-I", "main.py"]
         preexec = lambda: _set_rlimits(_rlimits(limits), nproc=False)  # noqa: E731
-    proc = subprocess.Popen(cmd, cwd=scratch, env=_environment(scratch), stdin=subprocess.DEVNULL, stdout=out,
-                            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=scratch,
+        env=_environment(scratch),
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=preexec,
+    )
     pidfd = os.pidfd_open(proc.pid)  # readable once the launcher exits: no polling delay
     try:
         timed_out = not select.select([pidfd], [], [], limits.timeout)[0]
@@ -145,10 +160,8 @@ def _run(scratch: str, out, limits: Limits, slot: int) -> tuple[bool, int]:
         os.close(pidfd)
     if isolated():
         _kill_uid(uid)  # kills the sample; its namespace's init then exits, which ends the namespace
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
     if proc.poll() is None or not isolated():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -175,8 +188,14 @@ def _result(timed_out: bool, rc: int, output: str, limits: Limits) -> Result:
 def _rlimits(limits: Limits) -> dict[str, tuple[int, int]]:
     cpu = limits.cpu_s or math.ceil(limits.timeout)
     mb = 1 << 20
-    return {"CPU": (cpu, cpu + 1), "AS": (limits.memory_mb * mb,) * 2, "FSIZE": (limits.file_mb * mb,) * 2,
-            "NPROC": (limits.nproc,) * 2, "NOFILE": (limits.nofile,) * 2, "CORE": (0, 0)}
+    return {
+        "CPU": (cpu, cpu + 1),
+        "AS": (limits.memory_mb * mb,) * 2,
+        "FSIZE": (limits.file_mb * mb,) * 2,
+        "NPROC": (limits.nproc,) * 2,
+        "NOFILE": (limits.nofile,) * 2,
+        "CORE": (0, 0),
+    }
 
 
 def _set_rlimits(rlimits: dict[str, tuple[int, int]], nproc: bool = True) -> None:
@@ -187,8 +206,13 @@ def _set_rlimits(rlimits: dict[str, tuple[int, int]], nproc: bool = True) -> Non
 
 def _environment(scratch: str) -> dict[str, str]:
     if isolated():
-        return {"PATH": f"{PY_MOUNT}/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-                "LD_LIBRARY_PATH": f"{PY_MOUNT}/lib"}
+        return {
+            "PATH": f"{PY_MOUNT}/bin:/usr/bin:/bin",
+            "HOME": "/tmp",
+            "TMPDIR": "/tmp",
+            "LANG": "C.UTF-8",
+            "LD_LIBRARY_PATH": f"{PY_MOUNT}/lib",
+        }
     return {"PATH": "/usr/bin:/bin", "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8"}
 
 

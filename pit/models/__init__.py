@@ -17,7 +17,18 @@ AutoConfig.register(PitGPT2Config.model_type, PitGPT2Config, exist_ok=True)
 AutoModelForCausalLM.register(PitGPT2Config, PitGPT2LMHeadModel, exist_ok=True)
 
 __all__ = [
-    "build_model", "scratch_config",
-    "MODELS", "TABLE3", "ScratchSpec", "TeacherSpec", "get_spec", "PitForCausalLM", "PitScratchConfig",
-    "PitGPT2Config", "PitGPT2LMHeadModel", "convert_teacher", "gpt2_config", "load_teacher",
+    "build_model",
+    "scratch_config",
+    "MODELS",
+    "TABLE3",
+    "ScratchSpec",
+    "TeacherSpec",
+    "get_spec",
+    "PitForCausalLM",
+    "PitScratchConfig",
+    "PitGPT2Config",
+    "PitGPT2LMHeadModel",
+    "convert_teacher",
+    "gpt2_config",
+    "load_teacher",
 ]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch.nn as nn
 
-from pit.tying import InterfaceConfig, PITTying, TokenInterface, orthonormality_error
+from pit.core.interfaces import InterfaceConfig, PITTying, TokenInterface
+from pit.core.linalg import orthonormality_error
 from pit.errors import PitError
 
 
@@ -46,6 +47,8 @@ class InterfaceLMMixin:
             iface.Z.requires_grad_(model.interface_config.trainable_z)
             err = orthonormality_error(iface.Z)
             if err > 1e-3:
-                raise PitError(f"checkpoint {args[0] if args else ''!s} has a PIT memory Z with ||Z^T Z - I||_F = "
-                               f"{err:.3g}; expected an orthonormal Z (the checkpoint is corrupt or not a PIT model)")
+                raise PitError(
+                    f"checkpoint {args[0] if args else ''!s} has a PIT memory Z with ||Z^T Z - I||_F = "
+                    f"{err:.3g}; expected an orthonormal Z (the checkpoint is corrupt or not a PIT model)"
+                )
         return model

@@ -23,8 +23,8 @@ from transformers import GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from pit.core.interfaces import InterfaceConfig, TokenInterface, make_interface
 from pit.models.base import InterfaceEmbedding, InterfaceHead, InterfaceLMMixin
-from pit.tying import InterfaceConfig, TokenInterface, make_interface
 
 
 class PitScratchConfig(PreTrainedConfig):
@@ -62,7 +62,9 @@ def rotate_pairs(x: torch.Tensor) -> torch.Tensor:
 
 def rope_cos_sin(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
     """cos, sin of shape (B, 1, T, head_dim) for interleaved RoPE."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim))
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim)
+    )
     angles = torch.repeat_interleave(position_ids[..., None].float() * inv_freq, 2, dim=-1)
     return angles.cos().to(dtype)[:, None], angles.sin().to(dtype)[:, None]
 
@@ -73,7 +75,12 @@ class GatedGQA(nn.Module):
     def __init__(self, cfg: PitScratchConfig, layer_idx: int):
         super().__init__()
         d, hd = cfg.hidden_size, cfg.head_dim
-        self.n_heads, self.n_kv, self.head_dim, self.layer_idx = cfg.num_attention_heads, cfg.num_key_value_heads, hd, layer_idx
+        self.n_heads, self.n_kv, self.head_dim, self.layer_idx = (
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            hd,
+            layer_idx,
+        )
         self.q_proj = nn.Linear(d, self.n_heads * hd, bias=False)
         self.k_proj = nn.Linear(d, self.n_kv * hd, bias=False)
         self.v_proj = nn.Linear(d, self.n_kv * hd, bias=False)
@@ -89,8 +96,9 @@ class GatedGQA(nn.Module):
         k = k * cos + rotate_pairs(k) * sin
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and T > 1,
-                                           enable_gqa=self.n_kv != self.n_heads)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=mask is None and T > 1, enable_gqa=self.n_kv != self.n_heads
+        )
         y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)
         return self.o_proj(torch.sigmoid(self.gate).to(y.dtype) * y)
 
@@ -130,8 +138,9 @@ class PitForCausalLM(InterfaceLMMixin, PreTrainedModel, GenerationMixin):
 
     def __init__(self, config: PitScratchConfig):
         super().__init__(config)
-        self.interface = make_interface(InterfaceConfig.from_dict(config.interface), config.vocab_size,
-                                        config.hidden_size)
+        self.interface = make_interface(
+            InterfaceConfig.from_dict(config.interface), config.vocab_size, config.hidden_size
+        )
         self.layers = nn.ModuleList(ParallelBlock(config, i) for i in range(config.num_hidden_layers))
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=False)
         self.post_init()
@@ -142,7 +151,11 @@ class PitForCausalLM(InterfaceLMMixin, PreTrainedModel, GenerationMixin):
         LayerNorm = 1, gate = 0, the interface from its own seeded initialiser."""
         std = self.config.initializer_range
         if isinstance(module, nn.Linear):
-            scale = 1 / math.sqrt(2 * self.config.num_hidden_layers) if module.out_features == self.config.hidden_size else 1.0
+            scale = (
+                1 / math.sqrt(2 * self.config.num_hidden_layers)
+                if module.out_features == self.config.hidden_size
+                else 1.0
+            )
             nn.init.normal_(module.weight, std=std * scale)
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
@@ -157,8 +170,9 @@ class PitForCausalLM(InterfaceLMMixin, PreTrainedModel, GenerationMixin):
     def get_output_embeddings(self):
         return InterfaceHead(self.interface)
 
-    def hidden_states(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None,
-                      output_hidden_states=False):
+    def hidden_states(
+        self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, output_hidden_states=False
+    ):
         """Final normed hidden states (and, if asked, the residual stream after the embedding and each block)."""
         B, T = input_ids.shape
         past = past_key_values.get_seq_length() if past_key_values is not None else 0
@@ -185,18 +199,33 @@ class PitForCausalLM(InterfaceLMMixin, PreTrainedModel, GenerationMixin):
                 states.append(x)
         return self.norm(x), states
 
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
-                labels=None, use_cache=None, output_hidden_states=None, logits_to_keep=0, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        past_key_values=None,
+        labels=None,
+        use_cache=None,
+        output_hidden_states=None,
+        logits_to_keep=0,
+        **kwargs,
+    ):
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and past_key_values is None and not self.training:
             past_key_values = DynamicCache()
-        h, states = self.hidden_states(input_ids, attention_mask, position_ids, past_key_values,
-                                       bool(output_hidden_states))
+        h, states = self.hidden_states(
+            input_ids, attention_mask, position_ids, past_key_values, bool(output_hidden_states)
+        )
         if logits_to_keep:
             h = h[:, -logits_to_keep:]
         logits = self.interface.logits(h)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past_key_values if use_cache else None,
-                                      hidden_states=tuple(states) if states is not None else None)
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=past_key_values if use_cache else None,
+            hidden_states=tuple(states) if states is not None else None,
+        )

@@ -17,9 +17,9 @@ import torch
 import torch.nn as nn
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
+from pit.core.interfaces import InterfaceConfig, TokenInterface, init_from_teacher_, make_interface
 from pit.errors import PitError
 from pit.models.base import InterfaceEmbedding, InterfaceHead, InterfaceLMMixin
-from pit.tying import InterfaceConfig, TokenInterface, init_from_teacher_, make_interface
 
 
 class PitGPT2Config(GPT2Config):
@@ -85,21 +85,35 @@ class PitGPT2LMHeadModel(InterfaceLMMixin, GPT2LMHeadModel):
 def gpt2_config(spec, vocab_size: int | None = None, **overrides) -> GPT2Config:
     """A GPT-2 config for a `TeacherSpec` (a fresh stand-in teacher; real teachers bring their own).
     Tied embeddings and no dropout, as in Cerebras-GPT."""
-    values = dict(vocab_size=vocab_size or spec.vocab_size, n_positions=spec.n_positions, n_embd=spec.n_embd,
-                  n_layer=spec.n_layer, n_head=spec.n_head, bos_token_id=50256, eos_token_id=50256,
-                  tie_word_embeddings=True, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    values = dict(
+        vocab_size=vocab_size or spec.vocab_size,
+        n_positions=spec.n_positions,
+        n_embd=spec.n_embd,
+        n_layer=spec.n_layer,
+        n_head=spec.n_head,
+        bos_token_id=50256,
+        eos_token_id=50256,
+        tie_word_embeddings=True,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     return GPT2Config(**{**values, **overrides})
 
 
 def load_teacher(name_or_path: str, **kwargs) -> GPT2LMHeadModel:
     """Load a GPT-2-architecture checkpoint (hub id or local folder) in FP32, without remote code."""
     try:
-        model = AutoModelForCausalLM.from_pretrained(name_or_path, trust_remote_code=False, dtype=torch.float32, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            name_or_path, trust_remote_code=False, dtype=torch.float32, **kwargs
+        )
     except OSError as err:
         raise PitError(f"cannot load teacher {name_or_path!r}: {err}") from None
     if not isinstance(model, GPT2LMHeadModel):
-        raise PitError(f"teacher {name_or_path!r} is a {type(model).__name__}; expected a GPT-2-architecture "
-                       "causal LM (GPT2LMHeadModel, as Cerebras-GPT)")
+        raise PitError(
+            f"teacher {name_or_path!r} is a {type(model).__name__}; expected a GPT-2-architecture "
+            "causal LM (GPT2LMHeadModel, as Cerebras-GPT)"
+        )
     return model.eval()
 
 

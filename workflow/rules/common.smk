@@ -1,21 +1,17 @@
-"""Configuration and helpers shared by every stage's rules.
+"""Everything the stage files share: config validation, the wildcard constraints, every path, every
+`pit` spec, resources, and the final targets (get_final_output). docs/workflow.md has the list.
 
-Each stage file (workflow/rules/<stage>.smk) adds its final outputs to ALL_TARGETS; `rule all`
-in the Snakefile is defined after every include, so it sees them all.
+The stage files (data, pretrain, diagnostics, posttrain, report, tracking) hold only rules; each rule
+wires files to one `pit` subcommand and takes its paths and settings from the helpers below.
 """
 
 import json
 import re
 import shlex
-from pathlib import Path
 
 import jsonschema
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
-
-# The embedded default profile; `--configfile FILE` replaces it (it is not merged into it).
-if not workflow.overwrite_configfiles:
-    configfile: Path(workflow.basedir) / "config.yaml"
 
 
 def validate_config(config):
@@ -32,8 +28,10 @@ def validate_config(config):
 
 validate_config(config)
 
-ENV = "../../envs/pit.yaml"  # conda env of every rule (paths in rules are relative to their .smk)
-ALL_TARGETS = []  # final outputs of every stage, built by `rule all`
+ENV = "../envs/pit.yaml"  # conda env of every rule (paths in rules are relative to their .smk)
+
+
+# --- Shell commands ---------------------------------------------------------------------------------
 
 
 def json_arg(value):
@@ -56,10 +54,43 @@ def name_pattern(names):
     return "|".join(re.escape(n) for n in names) or "(?!)"
 
 
-# Paths of the data stage's products, for later stages to use as inputs.
+# --- The profile's names ----------------------------------------------------------------------------
+
+PROFILE = config["profile"]
 CORPUS = config["corpus"]["name"]
 TOKENIZERS = sorted(config["tokenizers"])
 SPLITS = ["train", "val"]
+PRETRAIN = config["pretrain"]
+TEACHER_SLOTS = list(PRETRAIN["teacher_slots"])
+SCRATCH_SLOTS = list(PRETRAIN["scratch_slots"])
+STAND_IN_SLOTS = [s for s in TEACHER_SLOTS if "stand_in" in PRETRAIN["teacher_slots"][s]]
+INTERFACES = list(PRETRAIN["interfaces"])
+MODES = {"teacher": TEACHER_SLOTS, "scratch": SCRATCH_SLOTS}
+PRETRAIN_RES = PRETRAIN["resources"]  # threads, gpus, mem_mb, runtime (partition) of training and diagnostics jobs
+POST = config["posttrain"]
+POST_RES = POST["resources"]  # ... of the LoRA and evaluation jobs
+LORA_TASKS = list(POST["tasks"])  # LoRA task -> its out-of-domain evaluation tasks
+LOSS_FIGURES = {"3": "scratch", "4": "teacher"}  # Figure number -> the mode whose loss curves it shows
+
+
+def tokenizers_of_kind(kind):
+    return [name for name in TOKENIZERS if config["tokenizers"][name]["kind"] == kind]
+
+
+# The domain of every wildcard, for all rules. Two places narrow it further, because there the value
+# chooses between rules with the same output pattern: the tokenizer rules (by tokenizer kind) and the
+# stand-in teachers (slots with `stand_in`).
+wildcard_constraints:
+    mode=name_pattern(MODES),
+    slot=name_pattern(TEACHER_SLOTS + SCRATCH_SLOTS),
+    interface=name_pattern(INTERFACES),
+    task=name_pattern(LORA_TASKS),
+    tokenizer=name_pattern(TOKENIZERS),
+    split=name_pattern(SPLITS),
+    number=name_pattern(LOSS_FIGURES),
+
+
+# --- Paths: data ------------------------------------------------------------------------------------
 
 
 def corpus_manifest():
@@ -70,10 +101,6 @@ def tokenizer_dir(tokenizer):
     return f"results/tokenizers/{tokenizer}"
 
 
-def tokenizers_of_kind(kind):
-    return [name for name in TOKENIZERS if config["tokenizers"][name]["kind"] == kind]
-
-
 def token_file(tokenizer, split):
     """The flat token file of one split (read it with pit.data.reader.TokenFile)."""
     return f"results/data/{tokenizer}/{split}.bin"
@@ -82,6 +109,269 @@ def token_file(tokenizer, split):
 def token_sidecar(tokenizer, split):
     """The JSON sidecar of a token file."""
     return f"results/data/{tokenizer}/{split}.json"
+
+
+def token_files():
+    """Every token file of the profile: the data stage's final outputs."""
+    return [token_file(t, s) for t in TOKENIZERS for s in SPLITS]
+
+
+def mode_tokenizer(mode):
+    """The tokenizer of a mode's runs (teacher: the teachers' GPT-2, scratch: the trained BPE)."""
+    return PRETRAIN["tokenizer"][mode]
+
+
+def val_tokens(mode):
+    """The validation token file of a mode's runs."""
+    return token_file(mode_tokenizer(mode), "val")
+
+
+# --- Paths: pretraining -----------------------------------------------------------------------------
+
+PRETRAIN_ROOT = "results/pretrain"
+
+
+def run_dir(mode, slot, interface):
+    return f"{PRETRAIN_ROOT}/{mode}/{slot}/{interface}"
+
+
+def run_file(mode, slot, interface, name):
+    """A file or folder of a pretraining run folder (summary.json, final, ...)."""
+    return f"{run_dir(mode, slot, interface)}/{name}"
+
+
+def final_model(mode, slot, interface):
+    """The final checkpoint of a pretraining arm: what diagnostics and post-training start from."""
+    return run_file(mode, slot, interface, "final")
+
+
+def pretrain_runs():
+    """(mode, slot, interface) of every pretraining arm in this profile."""
+    return [(m, s, i) for m, slots in MODES.items() for s in slots for i in INTERFACES]
+
+
+def run_summaries():
+    """The summary.json of every pretraining arm: the pretraining stage's final outputs."""
+    return [run_file(m, s, i, "summary.json") for m, s, i in pretrain_runs()]
+
+
+def stand_in_dir(slot):
+    return f"results/teachers/{slot}"
+
+
+def stand_in_file(slot, name):
+    return f"{stand_in_dir(slot)}/{name}"
+
+
+def teacher_source(slot):
+    """A slot's teacher: the final checkpoint of its stand-in, or a hub id / local folder."""
+    entry = PRETRAIN["teacher_slots"][slot]
+    return stand_in_file(slot, "final") if "stand_in" in entry else entry["teacher"]
+
+
+def run_inputs(tokenizer):
+    """A training run's data: the train and val token files and the tokenizer folder."""
+    inputs = {split: token_file(tokenizer, split) for split in SPLITS}
+    inputs["tokenizer"] = tokenizer_dir(tokenizer)
+    return inputs
+
+
+def pretrain_inputs(wildcards):
+    """Inputs of one pretraining arm: its data, and the stand-in teacher the pipeline trains first."""
+    inputs = run_inputs(mode_tokenizer(wildcards.mode))
+    if wildcards.mode == "teacher" and wildcards.slot in STAND_IN_SLOTS:
+        inputs["teacher"] = teacher_source(wildcards.slot)
+    return inputs
+
+
+# --- Paths: diagnostics, post-training --------------------------------------------------------------
+
+DIAGNOSTICS_ROOT = "results/diagnostics"
+POSTTRAIN_ROOT = "results/posttrain"
+
+
+def diagnostics_file(mode, slot, interface):
+    return f"{DIAGNOSTICS_ROOT}/{mode}/{slot}/{interface}/diagnostics.json"
+
+
+def diagnostics_files():
+    return [diagnostics_file(m, s, i) for m, s, i in pretrain_runs()]
+
+
+def post_dir(mode, slot, interface):
+    return f"{POSTTRAIN_ROOT}/{mode}/{slot}/{interface}"
+
+
+def lora_dir(mode, slot, interface, task):
+    """One `pit lora train` run: adapter/, merged/, side_effects.json, summary.json, eval/, base/."""
+    return f"{post_dir(mode, slot, interface)}/{task}"
+
+
+def lora_file(mode, slot, interface, task, name):
+    return f"{lora_dir(mode, slot, interface, task)}/{name}"
+
+
+def posttrain_outputs():
+    """Every LoRA run's evaluations and side effects: the post-training stage's final outputs."""
+    return [
+        lora_file(m, s, i, t, leaf)
+        for m, s, i in pretrain_runs()
+        for t in LORA_TASKS
+        for leaf in ("eval", "base", "side_effects.json")
+    ]
+
+
+# --- Paths: tables, figures, report -----------------------------------------------------------------
+
+TABLES_DIR = "results/tables"
+FIGURES_DIR = "results/figures"
+REPORT_FILE = "results/REPORT.md"
+MLFLOW_SUMMARY_FILE = "results/mlflow/summary.json"
+TABLES = ["table1", "table2", "table3", "table4"]
+FIGURES = [
+    *(f"figure{n}_{mode}_loss" for n, mode in LOSS_FIGURES.items()),
+    "interface_drift",
+    "figure2_transition",
+    "side_effects",
+]
+TABLE_SUFFIXES = ("md", "csv", "tex")
+
+
+def table_stem(name):
+    """results/tables/<name>: `pit table` writes <stem>.md, .csv and .tex."""
+    return f"{TABLES_DIR}/{name}"
+
+
+def table_outputs(name):
+    """The three files of one table; the CSV goes into the HTML report with its caption."""
+    stem = table_stem(name)
+    outputs = {suffix: f"{stem}.{suffix}" for suffix in TABLE_SUFFIXES}
+    outputs["csv"] = report(outputs["csv"], caption=f"../report/{name}.rst", category="Tables")
+    return outputs
+
+
+def table_files():
+    """The Markdown file of every table."""
+    return [f"{table_stem(name)}.md" for name in TABLES]
+
+
+def figure_file(name):
+    return f"{FIGURES_DIR}/{name}.png"
+
+
+def figure_output(name, caption):
+    """A figure, in the HTML report with the caption workflow/report/<caption>.rst."""
+    return report(figure_file(name), caption=f"../report/{caption}.rst", category="Figures")
+
+
+def figure_files():
+    return [figure_file(name) for name in FIGURES]
+
+
+def transition_runs():
+    """The final checkpoints the Figure 2-style trace compares: the transition slot's scratch arms."""
+    return [final_model("scratch", config["report"]["transition_slot"], i) for i in INTERFACES]
+
+
+def transition_args():
+    """`--checkpoint C --label L` per traced run, then `--prompt P` per prompt (shell-quoted)."""
+    checkpoints = [f"--checkpoint {r} --label {i.upper()}" for r, i in zip(transition_runs(), INTERFACES)]
+    prompts = [f"--prompt {json_arg(p)}" for p in config["report"]["transition_prompts"]]
+    return " ".join(checkpoints + prompts)
+
+
+# --- Specs: the JSON object each `pit ... --spec` gets ----------------------------------------------
+
+
+def tokenize_spec(split):
+    """`pit data tokenize`: the train split is cut to the token budget, the val split never is.
+    (`--workers` is the job's threads, passed as its own flag: it does not change the file.)"""
+    return {
+        "batch_documents": config["tokenize"]["batch_documents"],
+        "token_budget": config["tokenize"]["token_budget"] if split == "train" else None,
+        "context_length": config["context_length"],
+    }
+
+
+def train_spec(mode, slot, interface):
+    """`pit train` of one pretraining arm (docs/training.md)."""
+    tokenizer = mode_tokenizer(mode)
+    spec = {**PRETRAIN["train"], **PRETRAIN["mode_train"].get(mode, {})}
+    spec.update(
+        mode=mode,
+        model=teacher_source(slot) if mode == "teacher" else PRETRAIN["scratch_slots"][slot]["model"],
+        interface={**PRETRAIN["interface"], "kind": interface},
+        train_data=token_file(tokenizer, "train"),
+        val_data=token_file(tokenizer, "val"),
+        tokenizer=tokenizer_dir(tokenizer),
+        seq_len=config["context_length"],
+        run_name=f"{mode}-{slot}-{interface}",
+        tags={"slot": slot, "profile": PROFILE},
+        mlflow=config["mlflow"],
+    )
+    return spec
+
+
+def stand_in_spec(slot):
+    """`pit train` of the tied GPT-2 stand-in teacher of a slot."""
+    tokenizer = mode_tokenizer("teacher")
+    spec = {**PRETRAIN["train"], **PRETRAIN["stand_in_teacher"]}
+    spec.update(
+        mode="scratch",
+        model=PRETRAIN["teacher_slots"][slot]["stand_in"],
+        interface={"kind": "tt"},
+        train_data=token_file(tokenizer, "train"),
+        val_data=token_file(tokenizer, "val"),
+        tokenizer=tokenizer_dir(tokenizer),
+        seq_len=config["context_length"],
+        run_name=f"stand-in-teacher-{slot}",
+        tags={"slot": slot, "profile": PROFILE, "role": "stand-in-teacher"},
+        mlflow=config["mlflow"],
+    )
+    return spec
+
+
+def diagnose_spec():
+    """`pit diagnose` (docs/diagnostics.md): positions, seq_len, bigram_tokens, seed."""
+    return dict(config["diagnostics"])
+
+
+def lora_spec(mode, slot, interface, task):
+    """`pit lora train` of one pretrained arm on one task (docs/posttraining.md)."""
+    spec = dict(POST["lora"])
+    spec.update(
+        base=final_model(mode, slot, interface),
+        task=task,
+        source=POST["data_source"],
+        val_data=val_tokens(mode),
+        side_effect_seq_len=config["context_length"],
+        run_name=f"lora-{task}-{mode}-{slot}-{interface}",
+        tags={"slot": slot, "mode": mode, "profile": PROFILE},
+        mlflow=config["mlflow"],
+    )
+    return spec
+
+
+def evaluate_tasks(task):
+    """A LoRA task and its out-of-domain evaluation tasks, as `pit evaluate` arguments."""
+    return " ".join([task, *POST["tasks"][task]])
+
+
+def evaluate_spec(mode, slot, interface, task):
+    """`pit evaluate` of one LoRA run and its base; with MLflow on, the scores are one run
+    eval-<task>-<mode>-<slot>-<interface> in the profile's experiment."""
+    spec = {"source": POST["data_source"], **POST["evaluate"]}
+    mlflow = config["mlflow"]
+    if mlflow["enabled"]:
+        spec.update(
+            run_name=f"eval-{task}-{mode}-{slot}-{interface}",
+            experiment=mlflow["experiment"],
+            tracking_uri=mlflow["tracking_uri"],
+        )
+    return spec
+
+
+# --- Resources ----------------------------------------------------------------------------------
 
 
 def job_resources(res):
@@ -98,5 +388,23 @@ def pit_launcher(res):
     """The command a GPU job runs `pit` with: plain `pit`, or, when the config asks for more than one
     GPU, `torchrun` with one process per GPU (DDP; `pit train` and the checkpoints are unchanged)."""
     if res["gpus"] > 1:
-        return "torchrun --standalone --nproc_per_node {resources.gpus} -m pit.cli"
+        return "torchrun --standalone --nproc_per_node {resources.gpus} -m pit"
     return "pit"
+
+
+# --- Targets ------------------------------------------------------------------------------------
+
+
+def get_final_output():
+    """The default target's inputs: the token files, every pretraining arm and its diagnostics, the
+    tables, figures and REPORT.md, and the MLflow summary run (post-training comes in through
+    Table 4 and the side-effects figure)."""
+    return [
+        *token_files(),
+        *run_summaries(),
+        *diagnostics_files(),
+        *table_files(),
+        *figure_files(),
+        REPORT_FILE,
+        MLFLOW_SUMMARY_FILE,
+    ]

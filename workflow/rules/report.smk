@@ -5,21 +5,10 @@ needs. `snakemake --report results/report.html` collects the tables and figures 
 from workflow/report/.
 """
 
-PROFILE = config["profile"]
-TABLE_SUFFIXES = (".md", ".csv", ".tex")
-RUN_SUMMARIES = [run_dir(m, s, i) + "/summary.json" for m, s, i in pretrain_runs()]
-DIAGNOSTICS = [diagnostics_file(m, s, i) for m, s, i in pretrain_runs()]
-
-
-def table_outputs(name):
-    stem = f"results/tables/{name}"
-    return {"md": stem + ".md", "csv": report(stem + ".csv", caption=f"../report/{name}.rst", category="Tables"),
-            "tex": stem + ".tex"}
-
 
 rule table1:
     input:
-        RUN_SUMMARIES,
+        run_summaries(),
     output:
         **table_outputs("table1"),
     log:
@@ -27,12 +16,12 @@ rule table1:
     conda:
         ENV
     shell:
-        logged(f"pit table table1 --runs results/pretrain --profile {PROFILE} --out results/tables/table1")
+        logged(f"pit table table1 --runs {PRETRAIN_ROOT} --profile {PROFILE} --out {table_stem('table1')}")
 
 
 rule table2:
     input:
-        DIAGNOSTICS,
+        diagnostics_files(),
     output:
         **table_outputs("table2"),
     log:
@@ -40,7 +29,7 @@ rule table2:
     conda:
         ENV
     shell:
-        logged(f"pit table table2 --runs results/diagnostics --profile {PROFILE} --out results/tables/table2")
+        logged(f"pit table table2 --runs {DIAGNOSTICS_ROOT} --profile {PROFILE} --out {table_stem('table2')}")
 
 
 rule table3:
@@ -51,12 +40,12 @@ rule table3:
     conda:
         ENV
     shell:
-        logged(f"pit table table3 --profile {PROFILE} --out results/tables/table3")
+        logged(f"pit table table3 --profile {PROFILE} --out {table_stem('table3')}")
 
 
 rule table4:
     input:
-        POSTTRAIN_OUTPUTS,
+        posttrain_outputs(),
     output:
         **table_outputs("table4"),
     log:
@@ -64,92 +53,76 @@ rule table4:
     conda:
         ENV
     shell:
-        logged(f"pit table table4 --runs results/posttrain --profile {PROFILE} --out results/tables/table4")
+        logged(f"pit table table4 --runs {POSTTRAIN_ROOT} --profile {PROFILE} --out {table_stem('table4')}")
 
 
 rule figure_loss_curves:
     input:
-        RUN_SUMMARIES,
+        run_summaries(),
     output:
-        report("results/figures/figure{number}_{mode}_loss.png", caption="../report/loss_curves.rst",
-               category="Figures"),
-    wildcard_constraints:
-        number="3|4",
-        mode="teacher|scratch",
+        figure_output("figure{number}_{mode}_loss", "loss_curves"),
     log:
         log_path("report", "figure{number}_{mode}"),
     conda:
         ENV
     shell:
-        logged(f"pit figure loss-curves --mode {{wildcards.mode}} --runs results/pretrain --profile {PROFILE}"
-               " --out {output}")
+        logged(
+            f"pit figure loss-curves --mode {{wildcards.mode}} --runs {PRETRAIN_ROOT} --profile {PROFILE}"
+            " --out {output}"
+        )
 
 
 rule figure_drift:
     input:
-        RUN_SUMMARIES,
+        run_summaries(),
     output:
-        report("results/figures/interface_drift.png", caption="../report/drift.rst", category="Figures"),
+        figure_output("interface_drift", "drift"),
     log:
         log_path("report", "figure_drift"),
     conda:
         ENV
     shell:
-        logged(f"pit figure drift --runs results/pretrain --profile {PROFILE} --out {{output}}")
-
-
-TRACE_SLOT = config["report"]["transition_slot"]
-TRACE_RUNS = [run_dir("scratch", TRACE_SLOT, i) + "/final" for i in INTERFACES]
+        logged(f"pit figure drift --runs {PRETRAIN_ROOT} --profile {PROFILE} --out {{output}}")
 
 
 rule figure_transition:
     input:
-        TRACE_RUNS,
+        transition_runs(),
     output:
-        report("results/figures/figure2_transition.png", caption="../report/transition.rst", category="Figures"),
-    params:
-        checkpoints=" ".join(f"--checkpoint {r} --label {i.upper()}" for r, i in zip(TRACE_RUNS, INTERFACES)),
-        prompts=" ".join(f"--prompt {json_arg(p)}" for p in config["report"]["transition_prompts"]),
+        figure_output("figure2_transition", "transition"),
     log:
         log_path("report", "figure2_transition"),
     conda:
         ENV
+    params:
+        args=transition_args(),
     shell:
-        logged(f"pit figure transition {{params.checkpoints}} {{params.prompts}} --profile {PROFILE} --out {{output}}")
+        logged(f"pit figure transition {{params.args}} --profile {PROFILE} --out {{output}}")
 
 
 rule figure_side_effects:
     input:
-        POSTTRAIN_OUTPUTS,
+        posttrain_outputs(),
     output:
-        report("results/figures/side_effects.png", caption="../report/side_effects.rst", category="Figures"),
+        figure_output("side_effects", "side_effects"),
     log:
         log_path("report", "figure_side_effects"),
     conda:
         ENV
     shell:
-        logged(f"pit figure side-effects --runs results/posttrain --profile {PROFILE} --out {{output}}")
-
-
-FIGURES = ["results/figures/figure3_scratch_loss.png", "results/figures/figure4_teacher_loss.png",
-           "results/figures/interface_drift.png", "results/figures/figure2_transition.png",
-           "results/figures/side_effects.png"]
-TABLES = [f"results/tables/{t}.md" for t in ("table1", "table2", "table3", "table4")]
+        logged(f"pit figure side-effects --runs {POSTTRAIN_ROOT} --profile {PROFILE} --out {{output}}")
 
 
 rule report_md:
     input:
-        TABLES + FIGURES,
+        table_files() + figure_files(),
     output:
-        "results/REPORT.md",
-    params:
-        config=json_arg(config),
+        REPORT_FILE,
     log:
         log_path("report", "report_md"),
     conda:
         ENV
+    params:
+        config=json_arg(config),
     shell:
         logged("pit report --config {params.config} --out {output}")
-
-
-ALL_TARGETS += TABLES + FIGURES + ["results/REPORT.md"]

@@ -1,27 +1,22 @@
 """MLflow summary run (docs/reproducibility.md): after the report, the tables, figures and
 REPORT.md are logged as artifacts of a run `summary-<profile>` in the profile's experiment
-(`mlflow.experiment`). Included last: its input is every table and figure `rule all` builds.
+(`mlflow.experiment`).
 """
-
-SUMMARY_INPUTS = [t for t in ALL_TARGETS if t.startswith(("results/tables/", "results/figures/"))]
 
 
 rule mlflow_summary:
     input:
-        SUMMARY_INPUTS + ["results/REPORT.md"],
+        table_files() + figure_files() + [REPORT_FILE],
     output:
-        "results/mlflow/summary.json",
-    params:
-        config=json_arg(config),
+        MLFLOW_SUMMARY_FILE,
     log:
         log_path("report", "mlflow_summary"),
     conda:
         ENV
+    params:
+        config=json_arg(config),
     shell:
         logged(
-            "pit mlflow summary --config {params.config} --tables results/tables --figures results/figures"
-            " --report results/REPORT.md --out {output}"
+            f"pit mlflow summary --config {{params.config}} --tables {TABLES_DIR} --figures {FIGURES_DIR}"
+            f" --report {REPORT_FILE} --out {{output}}"
         )
-
-
-ALL_TARGETS += ["results/mlflow/summary.json"]

@@ -1,0 +1,8 @@
+"""`python -m pit ...` is the `pit` command (torchrun launches it this way: `torchrun -m pit train ...`)."""
+
+import sys
+
+from pit.commands import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""`pit diagnose`: the interface diagnostics of one checkpoint (paper Sections 3 and 5.5, Table 2, Figure 2),
+all in float64: Delta_TI, raw and polar anchor agreement and the direct path (pit/core/metrics.py), the
+direct path against bigram statistics and layerwise consistency (pit/analysis/layerwise.py) on held-out
+tokens. Formulas and conventions: docs/diagnostics.md.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pit.analysis.layerwise import check_vocab, layerwise_consistency, window_starts
+from pit.core.metrics import bigram_fit, interface_metrics
+from pit.data.reader import TokenFile
+from pit.models.access import interface_kind, interface_matrices
+from pit.models.checkpoint import load_model
+
+
+@torch.no_grad()
+def diagnose(
+    checkpoint,
+    val_data=None,
+    positions: int = 512,
+    bigram_tokens: int = 1_000_000,
+    seed: int = 0,
+    seq_len: int = 128,
+    device: str = "cpu",
+) -> dict:
+    """All diagnostics of one checkpoint; the validation-data parts are None without `val_data`."""
+    model = load_model(checkpoint, device=device)
+    E, W_out = interface_matrices(model, float64=True)
+    metrics = interface_metrics(E, W_out)
+    out = {
+        "checkpoint": str(checkpoint),
+        "model": type(model).__name__,
+        "interface": interface_kind(model),
+        "vocab_size": E.shape[0],
+        "dim": E.shape[1],
+        "delta_ti": metrics["delta_ti"],
+        "raw": metrics["raw"],
+        "polar": metrics["polar"],
+        "direct_path": {"asymmetry": metrics["asymmetry"], "bigram": None},
+        "val": None,
+        "layerwise": None,
+    }
+    if val_data is not None:
+        data = TokenFile(val_data)
+        check_vocab(model, data)
+        out["direct_path"]["bigram"] = bigram_fit(E, W_out, data.tokens[:bigram_tokens])
+        out["layerwise"] = layerwise_consistency(model, data, positions, seed, seq_len)
+        seq_len = min(seq_len, model.config.max_position_embeddings)
+        out["val"] = {
+            "path": str(val_data),
+            "positions": len(window_starts(data, positions, seq_len, seed)),
+            "seq_len": seq_len,
+            "seed": seed,
+            "bigram_tokens": min(bigram_tokens, len(data)),
+        }
+    return out
+
+
+def summary(d: dict) -> str:
+    lines = [
+        f"{d['checkpoint']}: {d['model']}, interface {d['interface']}, V = {d['vocab_size']}, d = {d['dim']}",
+        f"  Delta_TI = ||W_out E - I||_F          {d['delta_ti']:.3e}",
+    ]
+    for variant in ("raw", "polar"):
+        m = d[variant]
+        lines.append(
+            f"  {variant:<5}  cosine distance {m['cosine_distance']:.3e}   procrustes {m['procrustes_error']:.3e}"
+            f"   principal angle {m['principal_angle']:.3e} rad"
+        )
+    lines.append(f"  direct path A = E W_out: asymmetry ||A - A^T|| / ||A|| = {d['direct_path']['asymmetry']:.3e}")
+    if (bigram := d["direct_path"]["bigram"]) is not None:
+        r = "n/a" if bigram["pearson"] is None else f"{bigram['pearson']:.4f}"
+        lines.append(
+            f"  bigram fit: pearson(A[a, b], log p(b | a)) = {r} over {bigram['bigrams']} bigrams "
+            f"({bigram['tokens']} tokens)"
+        )
+    if d["layerwise"] is not None:
+        lines.append(f"  layerwise consistency over {d['val']['positions']} positions (seq_len {d['val']['seq_len']}):")
+        lines.append("    layer   B_in=B_out   B_in=final   B_out=final")
+        for r in d["layerwise"]:
+            lines.append(
+                f"    {r['layer']:>5}   {r['in_out_agreement']:>10.3f}   {r['in_final_agreement']:>10.3f}"
+                f"   {r['out_final_agreement']:>11.3f}"
+            )
+    return "\n".join(lines)

@@ -1,0 +1,56 @@
+"""The `pit` command line: the seam every pipeline step goes through (litgpt's `__main__.py` pattern).
+
+One module per subcommand under `pit/commands/`, one pattern: the module exposes `register(subparsers)`,
+which adds its parser and sets `func` (a callable taking the parsed arguments and returning an exit code).
+Only the chosen subcommand's module is imported, so a command pays only for the libraries it uses.
+Add a subcommand with one COMMANDS entry. The library below holds no argparse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from pit.errors import PitError
+
+# command -> (module that registers it, one-line help shown by `pit --help`)
+COMMANDS = {
+    "data": ("pit.commands.data", "download a corpus, build tokenizers, tokenize"),
+    "train": ("pit.commands.train", "one pretraining run (resumes from the run folder's latest checkpoint)"),
+    "lora": ("pit.commands.lora", "LoRA post-training of a pretrained checkpoint (peft); merge adapters"),
+    "evaluate": ("pit.commands.evaluate", "generate and score HumanEval, MBPP, GSM8K, SVAMP"),
+    "diagnose": ("pit.commands.diagnose", "token-interface diagnostics of a checkpoint"),
+    "side-effects": ("pit.commands.side_effects", "KL, loss change and interface change between two checkpoints"),
+    "table": ("pit.commands.table", "build one of the paper's tables (Markdown, CSV, LaTeX)"),
+    "figure": ("pit.commands.figure", "draw one of the paper's figures (PNG)"),
+    "report": ("pit.commands.report", "write results/REPORT.md from the tables and figures"),
+    "arch": ("pit.commands.arch", "Table 3: architectures and parameter counts"),
+    "export": ("pit.commands.export", "write a plain untied transformers model with the same logits"),
+    "bench": ("pit.commands.bench", "training throughput, MFU and memory on this machine"),
+    "mlflow": ("pit.commands.mlflow", "MLflow utilities (sync run folders to a store, log the summary run)"),
+    "runs": ("pit.commands.runs", "table of the MLflow store's runs and their final metrics"),
+}
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pit", description="Pseudo-Inverse Tying: library and reproduction pipeline.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, help_text) in COMMANDS.items():
+        if name == chosen:
+            importlib.import_module(module).register(sub)
+        else:
+            sub.add_parser(name, help=help_text)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (PitError, FileNotFoundError) as err:
+        # Bad input is one clear line; anything else is a bug and keeps its traceback.
+        print(f"pit {args.command}: error: {err}", file=sys.stderr)
+        return 2

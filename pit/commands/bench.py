@@ -1,0 +1,40 @@
+"""`pit bench`: training throughput, MFU and memory on this machine (pit/training/bench.py).
+
+pit bench [--json] [--size default|tiny] [--rounds 3] [--repeats 1] [--layers 2] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from pit.core.linalg import cpu_threads
+from pit.errors import PitError
+from pit.training import bench
+from pit.training.allocator import retain_freed_memory
+
+
+def run(args: argparse.Namespace) -> int:
+    retain_freed_memory()  # measure the step as `pit train` runs it (pit/training/allocator.py)
+    if args.threads is not None and args.threads < 1:
+        raise PitError(f"--threads {args.threads}; expected an integer >= 1")
+    with cpu_threads(args.threads):
+        result = bench.run_bench(args.size, args.rounds, args.repeats, args.layers)
+    print(json.dumps(result, indent=2) if args.json else bench.to_text(result))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="training throughput, MFU and memory on this machine",
+        description=bench.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object (schema in docs/performance.md)")
+    p.add_argument("--size", default="default", help=f"shapes: one of {sorted(bench.SIZES)} (tiny: seconds, for tests)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; each arm keeps its best")
+    p.add_argument("--repeats", type=int, default=1, help="timed calls per arm and round")
+    p.add_argument("--layers", type=int, default=2, help="depth of the 133M-shaped model")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (torch's default if not given)")
+    p.set_defaults(func=run)

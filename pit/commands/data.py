@@ -1,0 +1,75 @@
+"""`pit data download|tokenizer|tokenize`: the data stage's commands (pit/data/; the Snakemake rules call these)."""
+
+from __future__ import annotations
+
+from pit.commands.common import add_spec_argument, merge_spec, read_spec
+
+TOKENIZE_DEFAULTS = {"workers": 1, "batch_documents": 64, "token_budget": None, "context_length": None}
+
+
+def _budget(text: str) -> int | None:
+    return None if text.lower() in ("none", "null") else int(text)
+
+
+def _download(args) -> int:
+    from pit.data.download import download
+
+    manifest = download(read_spec(args.spec), args.out)
+    print(
+        f"corpus {manifest['name']}: {manifest['documents']} documents, {manifest['bytes']} bytes, "
+        f"splits {manifest['splits']}"
+    )
+    return 0
+
+
+def _tokenizer(args) -> int:
+    from pit.data.tokenizers import build_tokenizer
+
+    meta = build_tokenizer(args.name, read_spec(args.spec), args.out, corpus=args.corpus)
+    print(
+        f"tokenizer {meta['name']}: vocab_size {meta['vocab_size']}, eos_id {meta['eos_id']}, "
+        f"sha256 {meta['tokenizer_sha256']}"
+    )
+    return 0
+
+
+def _tokenize(args) -> int:
+    from pit.data.tokenize import tokenize_split
+
+    merge_spec(args, read_spec(args.spec), TOKENIZE_DEFAULTS)
+    sidecar = tokenize_split(
+        args.corpus, args.split, args.tokenizer, args.out,
+        workers=args.workers, batch_documents=args.batch_documents,
+        token_budget=args.token_budget, context_length=args.context_length,
+    )  # fmt: skip
+    print(f"{args.out}: {sidecar['tokens']} {sidecar['dtype']} tokens, {sidecar['documents']} documents")
+    return 0
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("data", help="download a corpus, build tokenizers, tokenize")
+    sub = parser.add_subparsers(dest="data_command", metavar="STEP", required=True)
+
+    p = sub.add_parser("download", help="download a corpus (hub or local files) into Parquet shards")
+    p.add_argument("--spec", required=True, help="the corpus config section, as JSON")
+    p.add_argument("--out", required=True, help="manifest.json to write; shards go next to it")
+    p.set_defaults(func=_download)
+
+    p = sub.add_parser("tokenizer", help="build the GPT-2 tokenizer or train a byte-level BPE")
+    p.add_argument("--name", required=True, help="the tokenizer's name in the config")
+    p.add_argument("--spec", required=True, help="the tokenizer's config entry, as JSON")
+    p.add_argument("--corpus", help="corpus manifest.json (trained tokenizers only)")
+    p.add_argument("--out", required=True, help="tokenizer folder to write")
+    p.set_defaults(func=_tokenizer)
+
+    p = sub.add_parser("tokenize", help="tokenize one corpus split into a flat token file")
+    p.add_argument("--corpus", required=True, help="corpus manifest.json")
+    p.add_argument("--split", required=True, choices=["train", "val"])
+    p.add_argument("--tokenizer", required=True, help="tokenizer folder")
+    p.add_argument("--out", required=True, help="token file (.bin) to write; the sidecar is the .json next to it")
+    add_spec_argument(p, ", ".join(TOKENIZE_DEFAULTS))
+    p.add_argument("--workers", type=int, help="tokenizer processes (default 1)")
+    p.add_argument("--batch-documents", type=int, help="documents per work item (default 64)")
+    p.add_argument("--token-budget", type=_budget, help="most tokens to keep, whole documents (default none)")
+    p.add_argument("--context-length", type=int, help="fail unless one window of this length fits (default none)")
+    p.set_defaults(func=_tokenize)

@@ -1,0 +1,137 @@
+"""`pit evaluate TASK...`: score a samples file, or generate completions with checkpoints and score them.
+
+    pit evaluate humaneval --samples samples.jsonl --json
+    pit evaluate gsm8k --model runs/x/final --out results/x/gsm8k.json --limit 100
+    pit evaluate mbpp humaneval --model runs/x/final --out-dir results/x/eval    (one model load)
+    pit evaluate mbpp humaneval --model A --out-dir evalA --model B --out-dir evalB --spec '{"workers": 4}'
+
+The settings (SETTINGS) may come from `--spec` (a JSON object or file); an explicit flag wins over the
+spec, the spec over the default. The work is done by pit.evaluation.evaluate; see docs/evaluation.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from pit.commands.common import add_spec_argument, merge_spec, read_spec
+from pit.errors import PitError
+from pit.evaluation import evaluate as ev
+from pit.evaluation.evaluate import TASKS
+from pit.evaluation.sandbox import Limits
+
+# spec key (flag --key-with-dashes) -> (type, default, help)
+SETTINGS = {
+    "source": (str, "offline", "'offline' (default), 'hub', or a JSON/JSONL data file"),
+    "limit": (int, None, "only the first N problems"),
+    "max_new_tokens": (int, 256, "most new tokens per completion (default 256)"),
+    "batch_size": (int, 8, "prompts per generate call (default 8)"),
+    "temperature": (float, 0.0, "0 = greedy (default)"),
+    "top_k": (int, None, "with temperature > 0: sample from the K most likely tokens"),
+    "top_p": (float, None, "with temperature > 0: nucleus sampling with mass P"),
+    "device": (str, "cpu", "device of the model, e.g. cuda (default cpu)"),
+    "timeout": (float, 10.0, "wall-clock seconds per sandboxed sample (default 10)"),
+    "memory_mb": (int, 1024, "address-space limit per sandboxed sample (default 1024)"),
+    "workers": (int, 2, "samples run in parallel, 1 to 16 (default 2)"),
+    "run_name": (str, None, "also log the scores as an MLflow run of this name"),
+    "experiment": (str, "pit", "MLflow experiment (with --run-name; default pit)"),
+    "tracking_uri": (str, None, "MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)"),
+}
+
+
+def check_types(args) -> None:
+    """Settings taken from a spec must have their flag's type; a JSON integer given for a float setting becomes
+    a float (as `--timeout 10` does), and null is allowed only where the default is None."""
+    for key, (kind, default, _) in SETTINGS.items():
+        value = getattr(args, key)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            setattr(args, key, float(value))
+        elif value is None and default is not None or value is not None and type(value) is not kind:
+            raise PitError(f"--spec key {key!r}: {json.dumps(value)} is not a {kind.__name__}")
+
+
+def check_args(args) -> None:
+    tasks = args.tasks
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise PitError(f"unknown task(s) {', '.join(map(repr, unknown))}; expected some of {', '.join(TASKS)}")
+    if len(set(tasks)) != len(tasks):
+        raise PitError(f"tasks {tasks} name a task twice")
+    if (args.samples is None) == (args.model is None):
+        raise PitError("give exactly one of --samples FILE (score it) or --model CKPT (generate, then score)")
+    if (args.samples is not None or args.out is not None) and len(tasks) != 1:
+        raise PitError(f"--samples / --out take one task, got {len(tasks)}; use --model with --out-dir for several")
+    if args.model is not None:
+        if args.out is not None and (args.out_dir or len(args.model) != 1):
+            raise PitError("--out FILE takes one --model and no --out-dir")
+        if args.out is None and len(args.out_dir or []) != len(args.model):
+            raise PitError(
+                f"{len(args.model)} --model and {len(args.out_dir or [])} --out-dir: give one --out-dir "
+                "per --model (DIR/<task>.json per task), or --out FILE for one model and one task"
+            )
+        if args.label and len(args.label) != len(args.model):
+            raise PitError(f"{len(args.label)} --label for {len(args.model)} --model; expected one per model")
+    if not 1 <= args.workers <= 16:
+        raise PitError(f"--workers {args.workers}: expected 1 to 16")
+
+
+def run(args) -> int:
+    merge_spec(args, read_spec(args.spec), {key: default for key, (_, default, _) in SETTINGS.items()})
+    check_types(args)
+    check_args(args)
+    tasks = ev.load_tasks(args.tasks, args.source, args.limit)  # data errors before the model loads
+    limits = Limits(timeout=args.timeout, memory_mb=args.memory_mb)
+    progress = not args.json and sys.stderr.isatty()
+    if args.samples is not None:
+        result = ev.score_samples(tasks[args.tasks[0]], args.samples, args.source, limits, args.workers, progress)
+        print(json.dumps(result, indent=2) if args.json else ev.summary(result))
+        return 0
+    sampling = ev.Sampling(
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+    )
+    tracker = ev.start_tracker(
+        args.run_name,
+        args.experiment,
+        args.tracking_uri,
+        tasks=args.tasks,
+        checkpoints=args.model,
+        source=args.source,
+        limit=args.limit,
+        sampling=sampling,
+    )
+    results = ev.evaluate_models(
+        tasks, args.model, ev.output_paths(args.tasks, len(args.model), args.out, args.out_dir),
+        labels=args.label or [f"model{i}" for i in range(len(args.model))], tokenizer=args.tokenizer,
+        device=args.device, sampling=sampling, limits=limits, workers=args.workers, source=args.source,
+        tracker=tracker, progress=progress, echo=None if args.json else print,
+    )  # fmt: skip
+    if tracker is not None:
+        tracker.finish()
+    if args.json:
+        printed = [r[args.tasks[0]] if len(tasks) == 1 else r for r in results]
+        print(json.dumps(printed[0] if len(printed) == 1 else dict(zip(args.model, printed)), indent=2))
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("evaluate", help="score HumanEval/MBPP (sandboxed tests) or GSM8K/SVAMP (exact match)")
+    p.add_argument("tasks", nargs="+", metavar="TASK", help=f"one or more of {', '.join(TASKS)}")
+    p.add_argument("--samples", help="score this JSONL file of {task_id, completion}")
+    p.add_argument("--model", action="append", help="generate with this checkpoint folder, then score (repeatable)")
+    p.add_argument("--out", help="result JSON to write (with --model, one task); samples go to OUT.samples.jsonl")
+    p.add_argument(
+        "--out-dir",
+        action="append",
+        help="with --model: write DIR/<task>.json and DIR/<task>.samples.jsonl per task (one per --model)",
+    )
+    p.add_argument("--label", action="append", help="with --model: a name per model for the MLflow metrics")
+    p.add_argument("--tokenizer", help="tokenizer folder (default: the checkpoint folder)")
+    p.add_argument("--json", action="store_true", help="print the full result as JSON")
+    for key, (kind, _, help_text) in SETTINGS.items():
+        p.add_argument(f"--{key.replace('_', '-')}", type=kind, default=None, help=help_text)
+    add_spec_argument(p, ", ".join(SETTINGS))
+    p.set_defaults(func=run)

@@ -1,0 +1,68 @@
+"""`pit figure`: the paper's figures from run folders (PNG, matplotlib).
+
+- `loss-curves --mode scratch` (Figure 3) / `--mode teacher` (Figure 4): training loss vs tokens,
+  one panel per slot, one line per interface (PIT, TT, untied).
+- `drift`: interface drift over training, Delta_TI and (when logged) the Table 2 raw metrics vs
+  step for every run.
+- `transition`: a Figure 2-style transition trace: for a few prompts, the last token's state at
+  every layer decoded through the input anchors B_in (nearest row of E by cosine) and through the
+  output anchors (the logit lens, argmax of f W_out), for several checkpoints side by side.
+- `side-effects` (post-training): per LoRA run, the side effect (KL of next-token distributions on
+  held-out pretraining text, and the validation-loss change) against the in-domain gain.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pit.errors import PitError
+from pit.reporting import figures
+
+FIGURES = ("loss-curves", "drift", "transition", "side-effects")
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Each figure's required flags, as one clear error."""
+    if args.name == "transition":
+        if not args.checkpoint or len(args.checkpoint) != len(args.label or []) or not args.prompt:
+            raise PitError("transition needs --checkpoint DIR --label NAME (one label per checkpoint) and --prompt")
+        return
+    if not args.runs:
+        raise PitError(f"{args.name} reads run folders: pass --runs results/pretrain (side-effects: results/posttrain)")
+    if args.name == "loss-curves" and args.mode is None:
+        raise PitError("loss-curves needs --mode teacher or --mode scratch")
+
+
+def cmd_figure(args: argparse.Namespace) -> int:
+    _check(args)
+    out = Path(args.out)
+    root = Path(args.runs) if args.runs else None  # transition reads checkpoints, not run folders
+    if args.name == "transition":
+        figures.transition(args.checkpoint, args.label, args.prompt, out, args.profile)
+    elif args.name == "loss-curves":
+        figures.loss_curves(root, args.mode, out, args.profile)
+    elif args.name == "side-effects":
+        figures.side_effects(root, out, args.profile)
+    else:
+        figures.drift(root, out, args.profile)
+    print(f"{args.name}: {out}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "figure",
+        help="draw one of the paper's figures (PNG)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("name", choices=list(FIGURES))
+    p.add_argument("--runs", help="root of the run folders (results/pretrain; side-effects: results/posttrain)")
+    p.add_argument("--checkpoint", action="append", help="transition: a checkpoint folder (repeatable)")
+    p.add_argument("--label", action="append", help="transition: a label per checkpoint")
+    p.add_argument("--prompt", action="append", help="transition: a prompt (repeatable)")
+    p.add_argument("--mode", choices=["teacher", "scratch"])
+    p.add_argument("--profile", required=True)
+    p.add_argument("--out", required=True, help="PNG file to write")
+    p.set_defaults(func=cmd_figure)

@@ -1,0 +1,53 @@
+"""`pit lora train|merge`: LoRA post-training (pit/training/lora.py).
+
+pit lora train --spec lora.json --out results/posttrain/scratch/303m/pit/mbpp
+pit lora merge --base CKPT --adapter ADAPTER_DIR --out MERGED_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from pit.commands.common import add_run_arguments, run_training
+from pit.io import atomic_path
+from pit.training import lora
+from pit.training.args import LoraArgs
+
+log = logging.getLogger("pit.lora")
+
+
+def run_train(args: argparse.Namespace) -> int:
+    return run_training(args, LoraArgs, lora.train_lora, lora.summary_line)
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    from transformers import AutoTokenizer
+
+    merged = lora.merge_adapter(args.base, args.adapter)
+    with atomic_path(args.out) as tmp:
+        merged.save_pretrained(tmp, safe_serialization=True)
+        try:
+            AutoTokenizer.from_pretrained(args.base).save_pretrained(tmp)
+        except (OSError, ValueError):
+            log.warning("no tokenizer in %s; the merged model is saved without one", args.base)
+    print(f"merged {args.adapter} into {args.base} -> {args.out}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "lora",
+        help="LoRA post-training of a pretrained checkpoint (peft); merge adapters",
+        description=f"{__doc__}\n{lora.__doc__}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmds = p.add_subparsers(dest="lora_command", required=True)
+    t = cmds.add_parser("train", help="one LoRA run (resumes from the run folder's latest checkpoint)")
+    add_run_arguments(t, "the fields of pit.training.args.LoraArgs")
+    t.set_defaults(func=run_train)
+    m = cmds.add_parser("merge", help="merge a saved adapter into the base it was trained on")
+    m.add_argument("--base", required=True, help="base checkpoint folder")
+    m.add_argument("--adapter", required=True, help="adapter folder written by `pit lora train`")
+    m.add_argument("--out", required=True, help="merged checkpoint folder to write")
+    m.set_defaults(func=run_merge)

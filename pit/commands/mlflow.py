@@ -1,0 +1,70 @@
+"""`pit mlflow sync|summary`: upload run folders to an MLflow store later; log the report stage as one run.
+
+- `sync RUN_DIR...`: each finished run folder (run.json, metrics.jsonl, summary.json) as a new run
+  (pit/tracking/sync.py).
+- `summary`: the tables, figures and REPORT.md as the run `summary-<profile>` (pit/tracking/summary.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from pit.errors import PitError
+from pit.tracking.summary import log_summary
+from pit.tracking.sync import sync_run
+from pit.tracking.tracker import DEFAULT_TRACKING_URI
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    for run_dir in args.run_dirs:
+        print(f"{run_dir}: uploaded as MLflow run {sync_run(run_dir, args.tracking_uri)}")
+    return 0
+
+
+def _config(args: argparse.Namespace) -> dict:
+    try:
+        config = json.loads(Path(args.config_file).read_text() if args.config_file else args.config)
+    except json.JSONDecodeError as err:
+        raise PitError(
+            f"--config/--config-file is not JSON ({err}); expected the pipeline config as an object"
+        ) from None
+    if not isinstance(config, dict):
+        raise PitError(f"--config must be a JSON object (the pipeline config), got {type(config).__name__}")
+    return config
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    record = log_summary(_config(args), args.tables, args.figures, args.report, args.out, args.tracking_uri)
+    if record["logged"]:
+        print(
+            f"logged run {record['run_name']} ({record['run_id']}) in experiment {record['experiment']!r} "
+            f"of {record['tracking_uri']}"
+        )
+    else:
+        print(f"{record['run_name']}: not logged (MLflow disabled or the store was unreachable)")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("mlflow", help="MLflow utilities")
+    s = p.add_subparsers(dest="mlflow_command", required=True)
+    q = s.add_parser("sync", help="upload run folders (metrics.jsonl, summary) to an MLflow store")
+    q.add_argument("run_dirs", nargs="+")
+    q.add_argument("--tracking-uri", default=None, help=f"default: $MLFLOW_TRACKING_URI or {DEFAULT_TRACKING_URI}")
+    q.set_defaults(func=cmd_sync)
+    q = s.add_parser("summary", help="log the tables, figures and report as a run `summary-<profile>`")
+    src = q.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", help="the pipeline config as a JSON object (profile, mlflow, ...)")
+    src.add_argument("--config-file", help="the pipeline config as a JSON file")
+    q.add_argument("--tables", default="results/tables", help="folder of table files (default: results/tables)")
+    q.add_argument("--figures", default="results/figures", help="folder of figures (default: results/figures)")
+    q.add_argument("--report", default="results/REPORT.md", help="the report (default: results/REPORT.md)")
+    q.add_argument("--out", required=True, help="JSON record of the logged run (run id, store, experiment)")
+    q.add_argument(
+        "--tracking-uri",
+        default=None,
+        help=f"default: the config's mlflow.tracking_uri, else $MLFLOW_TRACKING_URI or {DEFAULT_TRACKING_URI}",
+    )
+    q.set_defaults(func=cmd_summary)

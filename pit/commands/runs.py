@@ -1,0 +1,50 @@
+"""`pit runs`: the runs of an MLflow store as one table (name, status, key final metrics).
+
+    pit runs                                    # every experiment of $MLFLOW_TRACKING_URI or sqlite:///mlflow.db
+    pit runs --experiment pit-paper --format csv
+    pit runs --uri http://mlflow.example.org:5000 --format json
+
+Reads the store with `mlflow.MlflowClient` (a SQLite file or a tracking server); each metric
+column is the metric's last logged value. Columns: experiment, run (the run name, e.g.
+`teacher-256m-pit`), status, start (UTC), the key metrics below when any listed run has them,
+and every `pass@k`-style metric (names containing `pass`), e.g. from evaluation runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from pit.errors import PitError
+from pit.tracking.run_table import FORMATS, format_runs, list_runs
+from pit.tracking.tracker import DEFAULT_TRACKING_URI, tracking_uri
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    if args.format not in FORMATS:
+        raise PitError(f"--format {args.format!r}: expected one of {', '.join(FORMATS)}")
+    rows = list_runs(args.uri, args.experiment)
+    if not rows and args.format != "json":
+        print(f"no runs in {tracking_uri(args.uri)!r}")
+        return 0
+    print(format_runs(rows, args.format), end="")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "runs",
+        help="table of the MLflow store's runs and their final metrics",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--uri", default=None, help=f"tracking URI (default: $MLFLOW_TRACKING_URI or {DEFAULT_TRACKING_URI})"
+    )
+    p.add_argument(
+        "--experiment",
+        action="append",
+        default=None,
+        help="only this experiment (e.g. pit-default, pit-paper); repeatable; default: all",
+    )
+    p.add_argument("--format", default="md", help="md (default), csv or json")
+    p.set_defaults(func=cmd_runs)

@@ -1,0 +1,427 @@
+"""Token interfaces: how token ids enter the model and how hidden states leave it as logits.
+
+Three interfaces share one contract (`TokenInterface`):
+
+* `PITTying`: Pseudo-Inverse Tying (paper Section 4). A shared memory Z (V x d, Z^T Z = I_d)
+  and an SPD transform T = L L^T (L lower-triangular, diag(L) = exp(l)) give
+      E = Z T^{-1}            (embedding, Eq. 4 and 13: two triangular solves with L)
+      W_out = T Z^T           (output projection, Eq. 4 and 11-12: logits = (h T) Z^T)
+  so W_out E = T Z^T Z T^{-1} = I_d exactly (Eq. 6). Neither E nor W_out is materialised in
+  the forward pass; all T/L arithmetic runs in FP32, also under autocast.
+* `TransposeTying` (TT): one table W (V x d); E = W, W_out = W^T.
+* `UntiedHead`: independent E (V x d) and head (V x d, stored like `nn.Linear`); W_out = head^T.
+
+Every interface offers `embed(ids)`, `logits(h)`, `input_embedding()` (E, V x d) and
+`output_projection()` (W_out, d x V), and `after_optimizer_step()` (PIT's polar retraction of a
+trainable Z; a no-op elsewhere).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from pit.core.linalg import at_least_fp32, gram, inverse_sqrt_minus_identity, polar, random_stiefel, single_thread
+from pit.core.metrics import delta_ti
+from pit.errors import PitError
+
+INTERFACE_KINDS = ("pit", "tt", "untied")
+T_INITS = ("identity", "inverse_h")
+RETRACTION_CHUNK = 2048  # rows of Z per in-place retraction update (see `PITTying.retract_`)
+
+
+@dataclass
+class InterfaceConfig:
+    """How the token interface is built; stored in every model config (`config.interface`)."""
+
+    kind: Literal["pit", "tt", "untied"] = "pit"
+    trainable_z: bool = False  # PIT: Z frozen after init (the paper's default) or trained + retracted
+    t_init: Literal["identity", "inverse_h"] = "identity"  # PIT teacher mode: T = I or T = H^{-1}
+    diag_clamp: tuple[float, float] | None = None  # PIT: optional (min, max) for diag(L)
+    retraction_eps: float = 0.0  # PIT: ridge in Z <- Z (Z^T Z + eps I)^{-1/2}
+    init_std: float = 0.02  # TT / untied scratch init: N(0, init_std^2)
+
+    def __post_init__(self):
+        if self.kind not in INTERFACE_KINDS:
+            raise PitError(f"interface kind {self.kind!r} is unknown; expected one of {INTERFACE_KINDS}")
+        if self.t_init not in T_INITS:
+            raise PitError(f"t_init {self.t_init!r} is unknown; expected one of {T_INITS}")
+        if self.diag_clamp is not None:
+            lo, hi = self.diag_clamp
+            if not 0 < lo < hi:
+                raise PitError(f"diag_clamp {self.diag_clamp!r} is invalid; expected (min, max) with 0 < min < max")
+            self.diag_clamp = (float(lo), float(hi))
+        if self.retraction_eps < 0:
+            raise PitError(f"retraction_eps {self.retraction_eps!r} must be >= 0")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["diag_clamp"] = list(self.diag_clamp) if self.diag_clamp is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> InterfaceConfig:
+        d = dict(d or {})
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise PitError(
+                f"interface config has unknown keys {sorted(unknown)}; expected {sorted(cls.__dataclass_fields__)}"
+            )
+        if d.get("diag_clamp") is not None:
+            d["diag_clamp"] = tuple(d["diag_clamp"])
+        return cls(**d)
+
+
+def _check_ids(ids: torch.Tensor) -> None:
+    if ids.dtype not in (torch.int64, torch.int32):
+        raise PitError(f"token ids have dtype {ids.dtype}; expected an integer tensor (int64 or int32)")
+
+
+def _fp32_region(device: torch.device):
+    """Context in which autocast is off, so T/L work stays in FP32."""
+    return torch.autocast(device_type=device.type, enabled=False)
+
+
+class TokenInterface(nn.Module):
+    """The contract every interface implements."""
+
+    kind: str
+
+    def __init__(self, vocab_size: int, dim: int):
+        super().__init__()
+        self.vocab_size, self.dim = vocab_size, dim
+
+    @classmethod
+    def from_scratch(cls, vocab_size: int, dim: int, seed: int = 0, **kwargs) -> TokenInterface:
+        """Allocate and initialise from scratch with a seed."""
+        interface = cls(vocab_size, dim, **kwargs)
+        interface.reset_parameters(seed)
+        return interface
+
+    def reset_parameters(self, seed: int = 0) -> None:
+        raise NotImplementedError
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:  # (...,) -> (..., d)
+        raise NotImplementedError
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:  # (..., d) -> (..., V)
+        raise NotImplementedError
+
+    def input_embedding(self) -> torch.Tensor:  # E, (V, d)
+        raise NotImplementedError
+
+    def output_projection(self) -> torch.Tensor:  # W_out, (d, V)
+        raise NotImplementedError
+
+    def head_input(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(g, M) with logits = g @ M^T, M of shape (V, d): lets a loss chunk over the vocabulary."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def after_optimizer_step(self) -> None:
+        """Called once after every optimizer step (PIT: retraction of a trainable Z)."""
+
+    def delta_ti(self) -> float:
+        """Delta_TI = ||W_out E - I_d||_F (Eq. 14), in float64."""
+        return delta_ti(self.input_embedding(), self.output_projection())
+
+    def extra_repr(self) -> str:
+        return f"vocab_size={self.vocab_size}, dim={self.dim}"
+
+
+class PITTying(TokenInterface):
+    """Pseudo-Inverse Tying: E = Z T^{-1}, W_out = T Z^T, T = L L^T (paper Eq. 4, 10-13).
+
+    The constructor only allocates (it is safe on the meta device); values come from
+    `from_scratch`, `from_teacher`, `from_tensors` or a checkpoint.
+    """
+
+    kind = "pit"
+
+    def __init__(
+        self,
+        vocab_size: int,
+        dim: int,
+        *,
+        trainable_z: bool = False,
+        diag_clamp: tuple[float, float] | None = None,
+        retraction_eps: float = 0.0,
+    ):
+        if vocab_size < dim:
+            raise PitError(f"vocabulary size {vocab_size} < model dimension {dim}; PIT needs V >= d")
+        super().__init__(vocab_size, dim)
+        self.Z = nn.Parameter(torch.empty(vocab_size, dim), requires_grad=trainable_z)
+        # Unconstrained parameters of L: strictly-lower entries and l = log diag(L). L = I at zero.
+        self.L_offdiag = nn.Parameter(torch.zeros(dim, dim))
+        self.log_diag = nn.Parameter(torch.zeros(dim))
+        self.diag_clamp = diag_clamp
+        self.retraction_eps = retraction_eps
+        self._inference_factors = None  # ((diag_clamp, L_offdiag, log_diag) as used, L, T): see `_factors`
+
+    # ---- values -------------------------------------------------------------------------------
+    @torch.no_grad()
+    def set_(self, Z: torch.Tensor, L: torch.Tensor | None = None) -> PITTying:
+        """Set Z (checked orthonormal) and L (lower-triangular, positive diagonal; None = I)."""
+        V, d = self.vocab_size, self.dim
+        if tuple(Z.shape) != (V, d):
+            raise PitError(f"Z has shape {tuple(Z.shape)}; expected ({V}, {d})")
+        # a 1e-3 gate: the chunked Gram (FP32 products summed in float64) is ample and half the cost
+        err = torch.linalg.matrix_norm(gram(Z) - torch.eye(d, dtype=torch.float64, device=Z.device)).item()
+        if err > 1e-3:
+            raise PitError(
+                f"Z is not orthonormal: ||Z^T Z - I||_F = {err:.3g}; expected Z^T Z = I_d "
+                "(take Z from PITTying.from_scratch / from_teacher, or a polar factor)"
+            )
+        L = torch.eye(d) if L is None else L.detach().float()
+        if tuple(L.shape) != (d, d):
+            raise PitError(f"L has shape {tuple(L.shape)}; expected ({d}, {d})")
+        diag = torch.diagonal(L)
+        if not bool((diag > 0).all()):
+            raise PitError("L has a non-positive diagonal entry; expected a Cholesky factor with diag(L) > 0")
+        self.Z.copy_(Z)
+        self.L_offdiag.copy_(torch.tril(L, -1))
+        self.log_diag.copy_(diag.log())
+        return self
+
+    def reset_parameters(self, seed: int = 0) -> None:
+        """Scratch init (Algorithm 1, lines 6-7 and 16): Z = Q of a seeded Gaussian, L = I (T = I)."""
+        self.set_(random_stiefel(self.vocab_size, self.dim, seed))
+
+    @classmethod
+    def from_tensors(cls, Z: torch.Tensor, L: torch.Tensor | None = None, **kwargs) -> PITTying:
+        if Z.ndim != 2:
+            raise PitError(f"Z has shape {tuple(Z.shape)}; expected a matrix (V, d)")
+        return cls(*Z.shape, **kwargs).set_(Z, L)
+
+    @classmethod
+    def from_teacher(cls, E0: torch.Tensor, t_init: str = "identity", **kwargs) -> PITTying:
+        """Teacher mode: E0 = U H (thin polar), Z = U; T = I or T = H^{-1} (then E = E0, W_out = pinv(E0))."""
+        if E0.ndim != 2:
+            raise PitError(f"teacher embedding has shape {tuple(E0.shape)}; expected (V, d)")
+        m = cls(*E0.shape, **kwargs)
+        init_from_teacher_(m, E0, t_init)
+        return m
+
+    # ---- the transform ------------------------------------------------------------------------
+    def cholesky_factor(self) -> torch.Tensor:
+        """L = tril(L_offdiag, -1) + diag(exp(l)), in FP32 (diag optionally clamped)."""
+        if self._differentiable():
+            return self._cholesky_factor()
+        return self._factors()[0].clone()
+
+    def transform(self) -> torch.Tensor:
+        """T = L L^T (SPD), FP32."""
+        if self._differentiable():
+            L = self._cholesky_factor()
+            return L @ L.T
+        return self._factors()[1].clone()
+
+    def _cholesky_factor(self) -> torch.Tensor:
+        log_diag = at_least_fp32(self.log_diag)
+        if self.diag_clamp is not None:
+            log_diag = log_diag.clamp(math.log(self.diag_clamp[0]), math.log(self.diag_clamp[1]))
+        return torch.tril(at_least_fp32(self.L_offdiag), -1) + torch.diag_embed(log_diag.exp())
+
+    def _differentiable(self) -> bool:
+        return torch.is_grad_enabled() and (self.L_offdiag.requires_grad or self.log_diag.requires_grad)
+
+    @torch.no_grad()
+    def _factors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(L, T) without autograd (inference: decoding computes h T once per token, and T = L L^T costs d^3),
+        kept while diag_clamp and the values of L_offdiag and log_diag are those they were computed from
+        (compared by value, O(d^2), so every way of changing L is seen); bitwise equal to a fresh computation.
+        The public methods hand out copies, so no caller can change the kept ones."""
+        key = (self.diag_clamp, self.L_offdiag, self.log_diag)
+        kept = self._inference_factors
+        if (
+            kept is None
+            or kept[0][0] != key[0]
+            or not all(
+                a.device == b.device and a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(kept[0][1:], key[1:])
+            )
+        ):
+            L = self._cholesky_factor()
+            kept = self._inference_factors = ((key[0], *(p.detach().clone() for p in key[1:])), L, L @ L.T)
+        return kept[1], kept[2]
+
+    # ---- the contract -------------------------------------------------------------------------
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """e_t = z_t T^{-1} = z_t L^{-T} L^{-1}: two triangular solves, FP32 (Eq. 13)."""
+        _check_ids(ids)
+        with _fp32_region(self.Z.device):
+            L = self.cholesky_factor()
+            z = F.embedding(ids.reshape(-1), at_least_fp32(self.Z)).to(L.dtype)
+            y = torch.linalg.solve_triangular(L.T, z, upper=True, left=False)  # y L^T = z
+            e = torch.linalg.solve_triangular(L, y, upper=False, left=False)  # e L = y
+        return e.reshape(*ids.shape, self.dim)
+
+    def head_input(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """g = h T in FP32 (Eq. 12); the vocabulary matmul g Z^T follows autocast like any head."""
+        with _fp32_region(h.device):
+            T = self.transform()
+            g = at_least_fp32(h).to(T.dtype) @ T
+        if torch.is_autocast_enabled(h.device.type):
+            g = g.to(torch.get_autocast_dtype(h.device.type))
+        return g, self.Z
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """logits = (h T) Z^T (Eq. 11-12)."""
+        g, Z = self.head_input(h)
+        return g @ Z.to(g.dtype).T
+
+    def input_embedding(self) -> torch.Tensor:
+        with _fp32_region(self.Z.device):
+            L = self.cholesky_factor()
+            y = torch.linalg.solve_triangular(L.T, at_least_fp32(self.Z).to(L.dtype), upper=True, left=False)
+            return torch.linalg.solve_triangular(L, y, upper=False, left=False)
+
+    def output_projection(self) -> torch.Tensor:
+        with _fp32_region(self.Z.device):
+            T = self.transform()
+            return T @ at_least_fp32(self.Z).to(T.dtype).T
+
+    @torch.no_grad()
+    def after_optimizer_step(self) -> None:
+        if self.Z.requires_grad:
+            self.retract_()
+
+    @torch.no_grad()
+    def retract_(self) -> None:
+        """Polar retraction Z <- Z (Z^T Z + eps I)^{-1/2} (Eq. 18), applied as Z + Z (S - I) so
+        that FP32 rounding touches only the small correction. Rows are independent, so the update runs
+        in place over row chunks through one small buffer: no V x d temporary, and bitwise equal to the whole
+        product (benchmarks/RESULTS.md has the timing)."""
+        G = gram(self.Z) + self.retraction_eps * torch.eye(self.dim, dtype=torch.float64, device=self.Z.device)
+        S = inverse_sqrt_minus_identity(G).to(self.Z.dtype)
+        buf = self.Z.new_empty(min(RETRACTION_CHUNK, self.vocab_size), self.dim)
+        for rows in self.Z.split(RETRACTION_CHUNK):
+            correction = buf[: len(rows)]
+            torch.mm(rows, S, out=correction)
+            rows.add_(correction)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, trainable_z={self.Z.requires_grad}, diag_clamp={self.diag_clamp}"
+
+
+class TransposeTying(TokenInterface):
+    """Classic weight tying: E = W, W_out = W^T (T = I in PIT terms)."""
+
+    kind = "tt"
+
+    def __init__(self, vocab_size: int, dim: int, *, init_std: float = 0.02):
+        super().__init__(vocab_size, dim)
+        self.init_std = init_std
+        self.weight = nn.Parameter(torch.empty(vocab_size, dim))
+
+    @torch.no_grad()
+    def reset_parameters(self, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.weight.copy_(torch.randn(self.vocab_size, self.dim, generator=g) * self.init_std)
+
+    @classmethod
+    def from_tensors(cls, weight: torch.Tensor, **kwargs) -> TransposeTying:
+        if weight.ndim != 2:
+            raise PitError(f"embedding has shape {tuple(weight.shape)}; expected (V, d)")
+        m = cls(*weight.shape, **kwargs)
+        with torch.no_grad():
+            m.weight.copy_(weight)
+        return m
+
+    def embed(self, ids):
+        _check_ids(ids)
+        return F.embedding(ids, self.weight)
+
+    def head_input(self, h):
+        return h, self.weight
+
+    def logits(self, h):
+        return F.linear(h, self.weight)
+
+    def input_embedding(self):
+        return self.weight
+
+    def output_projection(self):
+        return self.weight.T
+
+
+class UntiedHead(TokenInterface):
+    """Independent embedding E (V x d) and head (V x d, like nn.Linear); W_out = head^T."""
+
+    kind = "untied"
+
+    def __init__(self, vocab_size: int, dim: int, *, init_std: float = 0.02):
+        super().__init__(vocab_size, dim)
+        self.init_std = init_std
+        self.embedding = nn.Parameter(torch.empty(vocab_size, dim))
+        self.head = nn.Parameter(torch.empty(vocab_size, dim))
+
+    @torch.no_grad()
+    def reset_parameters(self, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.embedding.copy_(torch.randn(self.vocab_size, self.dim, generator=g) * self.init_std)
+        self.head.copy_(torch.randn(self.vocab_size, self.dim, generator=g) * self.init_std)
+
+    @classmethod
+    def from_tensors(cls, embedding: torch.Tensor, head: torch.Tensor, **kwargs) -> UntiedHead:
+        if embedding.ndim != 2 or head.shape != embedding.shape:
+            raise PitError(f"embedding {tuple(embedding.shape)} and head {tuple(head.shape)} must both be (V, d)")
+        m = cls(*embedding.shape, **kwargs)
+        with torch.no_grad():
+            m.embedding.copy_(embedding)
+            m.head.copy_(head)
+        return m
+
+    def embed(self, ids):
+        _check_ids(ids)
+        return F.embedding(ids, self.embedding)
+
+    def head_input(self, h):
+        return h, self.head
+
+    def logits(self, h):
+        return F.linear(h, self.head)
+
+    def input_embedding(self):
+        return self.embedding
+
+    def output_projection(self):
+        return self.head.T
+
+
+def make_interface(cfg: InterfaceConfig, vocab_size: int, dim: int) -> TokenInterface:
+    """Allocate (do not initialise) the interface described by `cfg`; safe on the meta device."""
+    if cfg.kind == "pit":
+        return PITTying(
+            vocab_size, dim, trainable_z=cfg.trainable_z, diag_clamp=cfg.diag_clamp, retraction_eps=cfg.retraction_eps
+        )
+    cls = TransposeTying if cfg.kind == "tt" else UntiedHead
+    return cls(vocab_size, dim, init_std=cfg.init_std)
+
+
+@torch.no_grad()
+def init_from_teacher_(interface: TokenInterface, E0: torch.Tensor, t_init: str = "identity") -> None:
+    """Teacher mode: PIT takes the polar factor of E0 (`t_init`), TT uses E0 as is, and the untied
+    head starts both E and the head from E0."""
+    if tuple(E0.shape) != (interface.vocab_size, interface.dim):
+        raise PitError(
+            f"teacher embedding has shape {tuple(E0.shape)}; expected ({interface.vocab_size}, {interface.dim})"
+        )
+    if isinstance(interface, PITTying):
+        if t_init not in T_INITS:
+            raise PitError(f"t_init {t_init!r} is unknown; expected one of {T_INITS}")
+        U, H = polar(E0, method="gram", check_rank=True)
+        L = None
+        if t_init == "inverse_h":
+            with single_thread():
+                L = torch.linalg.cholesky(torch.linalg.inv(H))
+        interface.set_(U.float(), L)
+    elif isinstance(interface, TransposeTying):
+        interface.weight.copy_(E0)
+    else:
+        interface.embedding.copy_(E0)
+        interface.head.copy_(E0)

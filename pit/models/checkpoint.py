@@ -1,0 +1,103 @@
+"""Model checkpoints: checked loading of any project model, and atomic saving.
+
+A checkpoint is a `save_pretrained` folder (config.json + model.safetensors). A PIT checkpoint holds
+Z and L only (`interface.Z`, `interface.L_offdiag`, `interface.log_diag`); E = Z T^{-1} and
+W_out = T Z^T are rebuilt from them whenever they are needed. (Trainer checkpoints, with optimizer
+state, are the run folder's: pit/training/run_folder.py.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from transformers import AutoModelForCausalLM, PreTrainedModel
+
+import pit.models  # noqa: F401  (registers the project's model types with the Auto classes)
+from pit.errors import PitError
+from pit.io import atomic_path
+
+KNOWN_TYPES = ("pit_scratch", "pit_gpt2", "gpt2", "cohere")
+
+
+def read_config(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_dir():
+        raise PitError(f"checkpoint {str(path)!r} does not exist or is not a folder; expected a save_pretrained folder")
+    cfg_file = path / "config.json"
+    if not cfg_file.is_file():
+        raise PitError(f"{str(path)!r} is not a checkpoint: no config.json (expected a save_pretrained folder)")
+    try:
+        cfg = json.loads(cfg_file.read_text())
+    except json.JSONDecodeError as err:
+        raise PitError(f"{str(cfg_file)!r} is not valid JSON: {err}") from None
+    if cfg.get("model_type") not in KNOWN_TYPES:
+        raise PitError(
+            f"checkpoint {str(path)!r} has model_type {cfg.get('model_type')!r}; expected one of {KNOWN_TYPES}"
+        )
+    return cfg
+
+
+def tensor_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
+    """Names and shapes of the tensors in a checkpoint's safetensors files (reads headers only)."""
+    files = sorted(Path(path).glob("*.safetensors"))
+    if not files:
+        raise PitError(f"checkpoint {str(path)!r} has no .safetensors weights")
+    shapes = {}
+    for f in files:
+        try:
+            with safe_open(f, "pt") as st:
+                for k in st.keys():  # noqa: SIM118 (safe_open is not a dict)
+                    shapes[k] = tuple(st.get_slice(k).get_shape())
+        except Exception as err:  # safetensors raises its own error types for corrupt files
+            raise PitError(f"{str(f)!r} is not a readable safetensors file: {err}") from None
+    return shapes
+
+
+def load_model(
+    path: str | Path, *, vocab_size: int | None = None, device: str | torch.device = "cpu"
+) -> PreTrainedModel:
+    """Load a project checkpoint (FP32), checking it first: a clear error names what does not match.
+
+    `vocab_size`: the vocabulary the caller expects (e.g. its tokenizer's); a mismatch is an error.
+    """
+    cfg = read_config(path)
+    shapes = tensor_shapes(path)
+    V = cfg.get("vocab_size")
+    if vocab_size is not None and vocab_size != V:
+        raise PitError(f"checkpoint {str(path)!r} has vocabulary size {V}; expected {vocab_size}")
+    for name, shape in shapes.items():
+        if (
+            name.endswith(
+                (
+                    "interface.Z",
+                    "interface.weight",
+                    "interface.embedding",
+                    "interface.head",
+                    "wte.weight",
+                    "embed_tokens.weight",
+                )
+            )
+            and shape[0] != V
+        ):
+            raise PitError(
+                f"checkpoint {str(path)!r}: tensor {name} has {shape[0]} rows but config.json says "
+                f"vocab_size = {V}; the weights and the config do not belong together"
+            )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=False, dtype=torch.float32)
+    except (OSError, RuntimeError, ValueError) as err:
+        if isinstance(err, PitError):
+            raise
+        raise PitError(f"cannot load checkpoint {str(path)!r}: {err}") from None
+    return model.to(device).eval()
+
+
+def save_pretrained_atomic(model: PreTrainedModel, path: str | Path, tokenizer=None) -> None:
+    """`save_pretrained` (safetensors) into a temporary folder, then rename: never a half-written checkpoint."""
+    with atomic_path(path) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)

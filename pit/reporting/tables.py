@@ -1,0 +1,238 @@
+"""The paper's tables from run folders, ours beside the paper's (Markdown, CSV, LaTeX); `pit table`.
+
+Every table names the profile that produced it; the paper's numbers come from
+pit/reporting/paper_values.yaml (cited to table and row). Runs are found by their folder layout
+`<root>/<mode>/<slot>/<interface>/` (results/pretrain, results/diagnostics, results/posttrain).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from pit.errors import PitError
+from pit.io import write_text
+from pit.reporting.paper import paper_value, paper_values
+
+MODE_ORDER = {"teacher": 0, "scratch": 1}
+METHOD_ORDER = {"tt": 0, "pit": 1, "untied": 2}
+METHOD_NAME = {"tt": "TT", "pit": "PIT", "untied": "Untied"}
+TASK_ORDER = {"mbpp": 0, "humaneval": 1, "gsm8k": 2, "svamp": 3}  # the paper's column order
+
+
+def slot_key(slot: str) -> tuple[float, str]:
+    """Slots in size order: '256m' < '1.3b' (names that are not sizes sort after, by name)."""
+    units = {"m": 1e6, "b": 1e9}
+    try:
+        return float(slot[:-1]) * units[slot[-1].lower()], slot
+    except (KeyError, ValueError, IndexError):
+        return float("inf"), slot
+
+
+def runtime_text(seconds: float | None) -> str:
+    """Wall-clock seconds as the paper writes runtimes: '1h 24m', or '3m 07s' under an hour."""
+    if seconds is None or not math.isfinite(seconds):
+        return ""
+    h, rem = divmod(int(round(seconds)), 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h {m:02d}m" if h else f"{m}m {s:02d}s"
+
+
+def run_paths(root: str | Path, name: str) -> list[tuple[str, str, str, Path]]:
+    """(mode, slot, interface, path) for every <root>/<mode>/<slot>/<interface>/<name>, in table order."""
+    root = Path(root)
+    found = [(*path.relative_to(root).parts[:3], path) for path in root.glob(f"*/*/*/{name}")]
+    if not found:
+        raise PitError(
+            f"no {name} under {str(root)!r}: run the stage that makes them first "
+            f"(expected {root}/<mode>/<slot>/<interface>/{name})"
+        )
+    return sorted(found, key=lambda r: (MODE_ORDER.get(r[0], 9), slot_key(r[1]), METHOD_ORDER.get(r[2], 9)))
+
+
+def find_runs(root: str | Path, filename: str) -> list[tuple[str, str, str, dict]]:
+    """(mode, slot, interface, json) for every <root>/<mode>/<slot>/<interface>/<filename>, in table order."""
+    return [(mode, slot, kind, json.loads(path.read_text())) for mode, slot, kind, path in run_paths(root, filename)]
+
+
+def table1(runs_root: str | Path) -> pd.DataFrame:
+    """Table 1: final training loss, training PPL and runtime per slot and method."""
+    rows = []
+    for mode, slot, kind, s in find_runs(runs_root, "summary.json"):
+        p = paper_value("table1", mode, slot, kind)
+        rows.append(
+            {
+                "mode": mode,
+                "slot": slot,
+                "method": METHOD_NAME.get(kind, kind),
+                "train_loss": s["final_train_loss"],
+                "train_ppl": s["final_train_ppl"],
+                "runtime": runtime_text(s["runtime_s"]),
+                "val_loss": s["val_loss"],
+                "paper_train_loss": p.get("loss"),
+                "paper_train_ppl": p.get("ppl"),
+                "paper_runtime": p.get("runtime"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def table2(diag_root: str | Path) -> pd.DataFrame:
+    """Table 2: token-interface consistency, both anchor variants (raw Eqs. 1-2, polar Section 5.5)."""
+    rows = []
+    for mode, slot, kind, d in find_runs(diag_root, "diagnostics.json"):
+        p = paper_value("table2", mode, slot, kind)
+        row = {"mode": mode, "slot": slot, "method": METHOD_NAME.get(kind, kind), "delta_ti": d["delta_ti"]}
+        for variant in ("raw", "polar"):
+            for key, short in (
+                ("cosine_distance", "cosine"),
+                ("procrustes_error", "procrustes"),
+                ("principal_angle", "angle"),
+            ):
+                row[f"{variant}_{short}"] = d[variant][key]
+        row.update(paper_cosine=p.get("cosine"), paper_procrustes=p.get("procrustes"), paper_angle=p.get("angle"))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def table3() -> pd.DataFrame:
+    """Table 3: architectures and parameter counts (`pit arch`)."""
+    from pit.models.arch import architecture_table
+
+    rows = []
+    for r in architecture_table(paper=paper_values()["table3"]):
+        p = r.get("paper", {})
+        rows.append(
+            {
+                "model": r["model"],
+                "paper_name": p.get("name"),
+                "layers": r["layers"],
+                "d_model": r["d_model"],
+                "n_heads": r["n_heads"],
+                "n_kv_heads": r["n_kv_heads"],
+                "d_ff": r["d_ff"],
+                "params_m": r["params"] / 1e6,
+                "paper_params_m": p["params"] / 1e6 if p else None,
+                "embed_pct": r["embed_pct"],
+                "paper_embed_pct": p.get("embed_pct"),
+                "pit_extra_params": r["pit_extra_params"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def metric_percent(result: dict) -> float:
+    """pass@1 (code) or exact-match accuracy (math) of a `pit evaluate` result, in %."""
+    return 100.0 * result.get("pass@1", result.get("accuracy"))
+
+
+def _by_task_order(names) -> list[str]:
+    """Task names in the paper's column order (unknown tasks after, by name)."""
+    return sorted(names, key=lambda name: (TASK_ORDER.get(name, 9), name))
+
+
+def _lora_record(task_dir: Path) -> tuple[dict, list[dict]]:
+    """One LoRA run <run>/<task>/: its scores and its base model's (in %), the in-domain gain, the side
+    effects; and the raw `pit evaluate` results it read."""
+    task = task_dir.name
+    evals, base = (
+        {f.stem: json.loads(f.read_text()) for f in (task_dir / sub).glob("*.json")} for sub in ("eval", "base")
+    )
+    if task not in evals or task not in base:
+        raise PitError(f"{task_dir}: expected eval/{task}.json and base/{task}.json (run the evaluate rule)")
+    evals = {t: evals[t] for t in _by_task_order(evals)}
+    record = {
+        "scores": {t: metric_percent(r) for t, r in evals.items()},
+        "base": {t: metric_percent(r) for t, r in base.items()},
+        "gain": metric_percent(evals[task]) - metric_percent(base[task]),
+        "side_effects": json.loads((task_dir / "side_effects.json").read_text()),
+    }
+    return record, [*evals.values(), *base.values()]
+
+
+def posttrain_runs(post_root: str | Path) -> list[dict]:
+    """Every post-training run folder <root>/<mode>/<slot>/<interface>/ as one record: per LoRA task
+    the scores of the updated model (<task>/eval/) and of its base (<task>/base/) on the same sets,
+    the in-domain gain and the side effects (results/posttrain layout, docs/posttraining.md)."""
+    runs = []
+    for mode, slot, kind, _ in run_paths(post_root, "*/side_effects.json"):
+        if runs and (runs[-1]["mode"], runs[-1]["slot"], runs[-1]["interface"]) == (mode, slot, kind):
+            continue
+        folder = Path(post_root) / mode / slot / kind
+        tasks = {d.name: d for d in folder.iterdir() if (d / "side_effects.json").is_file()}
+        lora, results = {}, []
+        for task in _by_task_order(tasks):
+            lora[task], read = _lora_record(tasks[task])
+            results += read
+        runs.append(
+            {
+                "mode": mode,
+                "slot": slot,
+                "interface": kind,
+                "lora": lora,
+                "standin": sorted({r["task"] for r in results if r.get("standin")}),
+                "problems": sorted({r["n"] for r in results}),
+            }
+        )
+    return runs
+
+
+def _table4_row(run: dict) -> dict:
+    p = paper_value("table4", run["mode"], run["slot"], run["interface"])
+    row = {"mode": run["mode"], "slot": run["slot"], "method": METHOD_NAME.get(run["interface"], run["interface"])}
+    for r in run["lora"].values():
+        for t, v in r["scores"].items():
+            row[t] = v
+            row[f"paper_{t}"] = p.get(t)
+    for task, r in run["lora"].items():
+        fx = r["side_effects"]
+        row[f"gain_{task}"] = r["gain"]
+        row[f"kl_{task}"] = fx["kl"]
+        row[f"val_loss_change_{task}"] = fx["val_loss_change"]
+        row[f"interface_change_{task}"] = max(fx["embedding_change"], fx["head_change"])
+    row["standin_data"] = ", ".join(run["standin"]) or "none"
+    problems = run["problems"]
+    row["problems"] = f"{problems[0]}-{problems[-1]}" if len(problems) > 1 else str(problems[0])
+    return row
+
+
+def table4(post_root: str | Path) -> pd.DataFrame:
+    """Table 4 (post-training): each LoRA's scores in-domain / out-of-domain (%), the paper's beside
+    them, the in-domain gain over the base model (points) and the update's side effects: KL of the
+    next-token distributions and the validation-loss change on held-out pretraining text, and the
+    relative change of the interface (max of ||dE||/||E||, ||dW_out||/||W_out||)."""
+    return pd.DataFrame([_table4_row(run) for run in posttrain_runs(post_root)])
+
+
+BUILDERS = {"table1": table1, "table2": table2, "table3": table3, "table4": table4}
+TITLES = {
+    "table1": "Table 1. Effects of weight tying on LM training (final training loss, training PPL, runtime)",
+    "table2": "Table 2. Token-interface consistency (0 = perfect agreement); raw = anchors of Eqs. 1-2, "
+    "polar = polar factors (Section 5.5)",
+    "table3": "Table 3. Scratch-model architectures (V = 32,000, tied embeddings)",
+    "table4": "Table 4. LoRA post-training: pass@1 (MBPP, HumanEval) and exact match (GSM8K, SVAMP), in %",
+}
+
+
+def write_table(df: pd.DataFrame, out_stem: str | Path, name: str, profile: str, notes: list[str] = ()) -> None:
+    """Write <stem>.md, <stem>.csv and <stem>.tex (atomically), each naming the profile."""
+    out_stem = Path(out_stem)
+    fmt = {
+        c: (lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}")
+        for c in df.columns
+        if df[c].dtype.kind == "f"
+    }
+    shown = df.copy().astype(object).where(df.notna(), "")
+    for c, f in fmt.items():
+        shown[c] = df[c].map(f)
+    head = f"**{TITLES[name]}.** Profile: `{profile}`. Columns `paper_*` are the paper's values."
+    md = "\n\n".join([head, shown.to_markdown(index=False), *notes]) + "\n"
+    write_text(out_stem.with_suffix(".md"), md)
+    write_text(out_stem.with_suffix(".csv"), f"# {TITLES[name]}. Profile: {profile}\n" + df.to_csv(index=False))
+    latex = shown.to_latex(
+        index=False, caption=f"{TITLES[name]}. Profile: {profile}.", label=f"tab:{name}", escape=True
+    )
+    write_text(out_stem.with_suffix(".tex"), latex)

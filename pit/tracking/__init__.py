@@ -1,0 +1,15 @@
+"""MLflow tracking, best effort: the run folder's metrics.jsonl is the record, the store a view of it.
+
+- tracker.py: `Tracker`, a run whose failures switch tracking off and never the training run
+- sync.py: upload a finished run folder later (`pit mlflow sync`)
+- summary.py: the report stage as the run `summary-<profile>` (`pit mlflow summary`)
+- run_table.py: a store's runs and final metrics as one table (`pit runs`)
+- provenance.py: the git commit a run ran
+"""
+
+from __future__ import annotations
+
+from pit.tracking.provenance import git_commit
+from pit.tracking.tracker import DEFAULT_TRACKING_URI, METRIC_KEYS, Tracker, flatten, store_lock, tracking_uri
+
+__all__ = ["DEFAULT_TRACKING_URI", "METRIC_KEYS", "Tracker", "flatten", "git_commit", "store_lock", "tracking_uri"]

@@ -1,0 +1,186 @@
+"""MLflow tracking that never stops a run: `metrics.jsonl` in the run folder is the source of truth.
+
+The tracking URI comes from `--tracking-uri` / the config, else `MLFLOW_TRACKING_URI`, else a
+SQLite store in the project (`sqlite:///mlflow.db`). If the store cannot be reached (a server
+down, a locked file), the first failure is logged as a warning and tracking switches off for the
+rest of the run; `pit mlflow sync RUN_DIR` (pit/tracking/sync.py) uploads the run folder later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("pit.tracking")
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+# the metrics.jsonl keys a training run logs as MLflow metrics
+METRIC_KEYS = (
+    "loss",
+    "lr",
+    "grad_norm",
+    "tokens_per_s",
+    "tokens",
+    "delta_ti",
+    "val_loss",
+    "val_ppl",
+    "raw_cosine",
+    "raw_procrustes",
+    "raw_angle",
+    "polar_cosine",
+    "polar_procrustes",
+    "polar_angle",
+)
+
+
+def tracking_uri(configured: str | None = None) -> str:
+    """The configured URI, else $MLFLOW_TRACKING_URI, else DEFAULT_TRACKING_URI."""
+    return configured or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as flat `a.b.c` keys (MLflow params); non-scalar leaves as JSON."""
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v if isinstance(v, (int, float, str, bool)) or v is None else json.dumps(v)
+    return out
+
+
+@contextlib.contextmanager
+def _flock(path: Path):
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def store_lock(uri: str):
+    """Jobs running in parallel share one SQLite store: its creation (schema migration), experiment
+    creation and writes are serialised with a file lock next to the database. Other stores: no lock."""
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///") :])
+        db.parent.mkdir(parents=True, exist_ok=True)
+        return _flock(db.with_name(db.name + ".lock"))
+    return contextlib.nullcontext()
+
+
+class Tracker:
+    """A best-effort MLflow run. Every call is safe: failures disable tracking, never the run."""
+
+    def __init__(
+        self,
+        uri: str | None,
+        experiment: str,
+        run_name: str,
+        tags: dict[str, str] | None = None,
+        enabled: bool = True,
+        run_id: str | None = None,
+    ):
+        self.run_id = None
+        self.active = enabled
+        if not enabled:
+            return
+        self._uri = tracking_uri(uri)
+        # fail fast instead of retrying for minutes against a server that is down
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+        self._call(self._start, self._uri, experiment, run_name, tags or {}, run_id)
+
+    def _start(self, uri, experiment, run_name, tags, run_id):
+        import mlflow
+
+        self._client = mlflow.MlflowClient(tracking_uri=uri)
+        if run_id is not None:
+            try:
+                self.run_id = self._client.get_run(run_id).info.run_id
+                self._client.update_run(self.run_id, status="RUNNING")
+                return
+            except Exception:  # the run is gone from this store: start a new one
+                pass
+        exp = self._client.get_experiment_by_name(experiment)
+        exp_id = exp.experiment_id if exp is not None else self._client.create_experiment(experiment)
+        self.run_id = self._client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
+        self._close_orphans(exp_id, run_name, tags)
+
+    def _close_orphans(self, exp_id, run_name, tags):
+        """A job killed before its first checkpoint leaves its run RUNNING and restarts with a new one:
+        earlier RUNNING runs of the same name and tags are marked KILLED (tag `pit.superseded_by`), so
+        the store shows one live run per arm."""
+        if "'" in run_name:  # not expressible in a search filter; our run names never have one
+            return
+        stale = self._client.search_runs(
+            [exp_id], filter_string=f"attributes.run_name = '{run_name}' and attributes.status = 'RUNNING'"
+        )
+        for run in stale:
+            if run.info.run_id != self.run_id and all(run.data.tags.get(k) == str(v) for k, v in tags.items()):
+                self._client.set_tag(run.info.run_id, "pit.superseded_by", self.run_id)
+                self._client.set_terminated(run.info.run_id, status="KILLED")
+
+    def _call(self, fn, *args):
+        if not self.active:
+            return None
+        try:
+            with store_lock(self._uri):
+                return fn(*args)
+        except Exception as err:  # noqa: BLE001  -- any tracking failure must not stop training
+            log.warning(
+                "MLflow tracking disabled for this run (%s: %s); metrics.jsonl keeps everything, "
+                "upload later with `pit mlflow sync`",
+                type(err).__name__,
+                err,
+            )
+            self.active = False
+            return None
+
+    def log_params(self, params: dict) -> None:
+        from mlflow.entities import Param
+
+        def go():
+            items = [Param(k, str(v)[:6000]) for k, v in flatten(params).items()]
+            for i in range(0, len(items), 100):
+                self._client.log_batch(self.run_id, params=items[i : i + 100])
+
+        self._call(go)
+
+    def log_metrics(self, rows: list[dict], keys: tuple[str, ...]) -> None:
+        """Log metric rows (dicts with 'step'); only finite numeric values of `keys`."""
+        from mlflow.entities import Metric
+
+        def go():
+            ts = int(time.time() * 1000)
+            items = [
+                Metric(k, float(r[k]), ts, int(r["step"]))
+                for r in rows
+                for k in keys
+                if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])
+            ]
+            for i in range(0, len(items), 1000):
+                self._client.log_batch(self.run_id, metrics=items[i : i + 1000])
+
+        self._call(go)
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        self._call(lambda: self._client.log_artifact(self.run_id, str(path), artifact_path))
+
+    def log_artifacts(self, folder: str | Path, artifact_path: str | None = None) -> None:
+        """Every file under `folder`, as `artifact_path/...`."""
+        self._call(lambda: self._client.log_artifacts(self.run_id, str(folder), artifact_path))
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        self._call(lambda: [self._client.set_tag(self.run_id, k, str(v)) for k, v in tags.items()])
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self._call(lambda: self._client.set_terminated(self.run_id, status=status))

@@ -1,0 +1,455 @@
+"""LoRA post-training (`pit lora`, paper Section 5.6) of a pretrained checkpoint of any interface, with the
+skeleton of pretraining (setup -> fit -> evaluate) and its run folder (pit/training/run_folder.py).
+
+The same LoRA config serves every method at a scale; only the target modules depend on the model
+family (`targets`, keyed by model_type). `peft` wraps the base; everything else is frozen, the token
+interface included, unless `train_interface: true` (then PIT trains L, and Z when its config says
+trainable_z, with the polar retraction after every step; TT its table; untied both tables).
+
+Training data: the task's training split (`pit.evaluation.tasks.load_task(..., split="train")`)
+in the evaluation's prompt format; the loss is the next-token cross-entropy of the target tokens
+only (prompt + target + EOS, right-padded; prompts are cut from the left when an example does not
+fit `seq_len + 1` tokens). Each step draws `batch_size` examples with `numpy.random.default_rng([seed,
+step])`, so a resumed run reads the same examples.
+
+Run folder:
+    run.json, metrics.jsonl                 config, identity; one JSON row per step
+    checkpoints/step-NNNNNN/                trainable.safetensors + trainer_state.pt (resume)
+    adapter/                                peft adapter (+ interface.safetensors when trained) + pit_base.json
+    merged/                                 base with the update merged in (save_pretrained, untied config)
+                                            + tokenizer: what `pit evaluate` scores
+    side_effects.json                       pit.analysis.side_effects against the base (when val_data is set)
+    summary.json                            written last: the run is complete when it exists
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from pit.core.linalg import cpu_threads
+from pit.data.reader import TokenFile
+from pit.errors import PitError
+from pit.evaluation.tasks import load_task
+from pit.io import atomic_path, sha256_file, write_json
+from pit.models.checkpoint import load_model
+from pit.tracking.provenance import git_commit
+from pit.tracking.tracker import Tracker
+from pit.training.args import LoraArgs
+from pit.training.objective import NextTokenLoss
+from pit.training.optim import optimizer_update, warmup_cosine
+from pit.training.run_folder import MetricsLog, RunFolder, RunHandles
+from pit.training.runtime import mixed_precision, peak_memory_mb, resolve_device
+
+METRIC_KEYS = ("loss", "lr", "grad_norm", "tokens_per_s", "target_tokens")
+SIDE_EFFECT_KEYS = (
+    "kl",
+    "kl_max",
+    "top1_changed",
+    "val_loss_before",
+    "val_loss_after",
+    "val_loss_change",
+    "delta_ti_before",
+    "delta_ti_after",
+    "delta_ti_change",
+    "embedding_change",
+    "head_change",
+)
+STALE_OUTPUTS = ("metrics.jsonl", "summary.json", "side_effects.json", "adapter", "merged")
+
+
+# ---- data --------------------------------------------------------------------------------------
+def encode_examples(task, tokenizer, seq_len: int) -> list[tuple[list[int], int]]:
+    """(token ids, number of prompt tokens) per training record: prompt + target + EOS, at most
+    seq_len + 1 tokens (the prompt loses its beginning first, keeping at least half the window)."""
+    if tokenizer.eos_token_id is None:
+        raise PitError("the base checkpoint's tokenizer has no EOS token; expected one to end the targets")
+    out = []
+    for record in task.records.values():
+        prompt = tokenizer(task.spec.prompt(record), add_special_tokens=False)["input_ids"]
+        target = tokenizer(task.spec.target(record), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        keep_prompt = max(min(len(prompt), (seq_len + 1) // 2), seq_len + 1 - len(target))
+        prompt = prompt[max(0, len(prompt) - keep_prompt) :]
+        ids = (prompt + target)[: seq_len + 1]
+        out.append((ids, len(prompt)))
+    return out
+
+
+def make_batch(examples: list[tuple[list[int], int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, labels), right-padded; labels are -100 on prompt and padding positions. With causal
+    attention and right padding no real token sees a pad, so no attention mask is needed."""
+    width = max(len(ids) for ids, _ in examples) - 1
+    inputs = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(examples), width), -100, dtype=torch.long)
+    for row, (ids, n_prompt) in enumerate(examples):
+        t = torch.tensor(ids)
+        inputs[row, : len(ids) - 1] = t[:-1]
+        labels[row, n_prompt - 1 : len(ids) - 1] = t[n_prompt:]
+    return inputs, labels
+
+
+# ---- model -------------------------------------------------------------------------------------
+def base_fingerprint(path: str | Path) -> str:
+    """sha256 over the base checkpoint's safetensors files: which base an adapter belongs to."""
+    files = sorted(Path(path).glob("*.safetensors"))
+    return hashlib.sha256("".join(sha256_file(f) for f in files).encode()).hexdigest()
+
+
+def interface_parameters(model) -> dict[str, torch.nn.Parameter]:
+    """The interface parameters a configured interface update trains (PIT: L, and Z if trainable_z)."""
+    params = dict(model.interface.named_parameters())
+    if model.interface_config.kind == "pit" and not model.interface_config.trainable_z:
+        params.pop("Z")
+    return params
+
+
+def wrap(model, cfg: LoraArgs):
+    """The base model with LoRA adapters on the family's target modules (peft), all else frozen."""
+    from peft import LoraConfig, get_peft_model
+
+    model_type = model.config.model_type
+    if model_type not in cfg.targets:
+        raise PitError(
+            f"lora config: no target modules for model_type {model_type!r}; `targets` has {sorted(cfg.targets)}"
+        )
+    lora = LoraConfig(
+        r=cfg.rank,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=cfg.targets[model_type],
+        bias="none",
+        task_type="CAUSAL_LM",
+        fan_in_fan_out=model_type == "pit_gpt2",
+    )
+    try:
+        peft_model = get_peft_model(model, lora)
+    except ValueError as err:
+        raise PitError(
+            f"lora config: target modules {cfg.targets[model_type]} do not fit {model_type}: {err}"
+        ) from None
+    if cfg.train_interface:
+        for p in interface_parameters(model).values():
+            p.requires_grad_(True)
+    return peft_model
+
+
+def trainable_state(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone().contiguous() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def load_trainable_state(model, state: dict[str, torch.Tensor], where: str) -> None:
+    own = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    bad = sorted(set(own) ^ set(state)) or [n for n in own if own[n].shape != state[n].shape]
+    if bad:
+        raise PitError(
+            f"{where} does not match this run's adapter (e.g. {bad[0]}); it was written with other "
+            "LoRA settings or another base model"
+        )
+    with torch.no_grad():
+        for n, p in own.items():
+            p.copy_(state[n])
+
+
+def save_adapter(peft_model, cfg: LoraArgs, folder: Path) -> None:
+    from safetensors.torch import save_file
+
+    peft_model.save_pretrained(folder, safe_serialization=True)
+    if cfg.train_interface:
+        base = peft_model.get_base_model()
+        save_file(
+            {k: v.detach().contiguous() for k, v in interface_parameters(base).items()},
+            folder / "interface.safetensors",
+        )
+    write_json(
+        folder / "pit_base.json",
+        {
+            "base": str(cfg.base),
+            "base_sha256": base_fingerprint(cfg.base),
+            "model_type": peft_model.get_base_model().config.model_type,
+            "train_interface": cfg.train_interface,
+        },
+    )
+
+
+def merge_adapter(base_path: str | Path, adapter: str | Path):
+    """The base with a saved adapter merged in; the adapter must have been trained on this base."""
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    adapter = Path(adapter)
+    meta_file = adapter / "pit_base.json"
+    if not meta_file.is_file() or not (adapter / "adapter_config.json").is_file():
+        raise PitError(
+            f"{str(adapter)!r} is not an adapter folder of `pit lora` (no pit_base.json / adapter_config.json)"
+        )
+    meta = json.loads(meta_file.read_text())
+    sha = base_fingerprint(base_path)
+    if sha != meta["base_sha256"]:
+        raise PitError(
+            f"adapter {str(adapter)!r} was trained on base {meta['base']!r} (weights sha256 "
+            f"{meta['base_sha256'][:12]}), not on {str(base_path)!r} (sha256 {sha[:12]}); "
+            "merge it into the base it was trained on"
+        )
+    base = load_model(base_path)
+    model = PeftModel.from_pretrained(base, adapter)
+    if meta.get("train_interface"):
+        state = load_file(adapter / "interface.safetensors")
+        params = interface_parameters(base)
+        if set(state) != set(params):
+            raise PitError(f"{adapter / 'interface.safetensors'} holds {sorted(state)}; expected {sorted(params)}")
+        with torch.no_grad():
+            for k, p in params.items():
+                p.copy_(state[k])
+    return merged_model(model)
+
+
+def merged_model(peft_model):
+    """merge_and_unload, with a config that cannot tie anything on reload (the interface ties)."""
+    model = peft_model.merge_and_unload()
+    model.config.tie_word_embeddings = False
+    return model.eval()
+
+
+# ---- the run -----------------------------------------------------------------------------------
+@dataclass(kw_only=True)
+class LoraRun(RunHandles):
+    """A LoRA run as `setup` made it (`model` is the peft model)."""
+
+    task: object
+    tokenizer: object
+    examples: list
+    val: TokenFile | None
+    trainable: list
+    kind: str
+    params: dict
+
+
+def load_data(args: LoraArgs):
+    """(task, tokenizer, encoded examples, validation tokens or None), checked before the model loads."""
+    from transformers import AutoTokenizer
+
+    task = load_task(args.task, args.source, args.limit, split="train")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(args.base)
+    except (OSError, ValueError) as err:
+        raise PitError(f"no tokenizer in the base checkpoint {args.base!r}: {err}") from None
+    examples = encode_examples(task, tokenizer, args.seq_len)
+    val = None
+    if args.val_data:
+        val = TokenFile(args.val_data)
+        val.sequential_starts(args.side_effect_seq_len)  # fails fast if the file is too short
+    return task, tokenizer, examples, val
+
+
+def setup(args: LoraArgs, run_dir: str | Path) -> LoraRun:
+    """Data, the base with its adapters, the optimizer, then start or resume the run folder and its MLflow run."""
+    device = resolve_device(args.device)
+    use_bf16, autocast = mixed_precision(args.precision, device)
+    torch.manual_seed(args.seed)
+    task, tokenizer, examples, val = load_data(args)
+    base_sha = base_fingerprint(args.base)
+    base_model = load_model(args.base, vocab_size=val.meta["vocab_size"] if val is not None else None)
+    if len(tokenizer) > base_model.config.vocab_size:
+        raise PitError(
+            f"the tokenizer in {args.base!r} has {len(tokenizer)} tokens; the model only {base_model.config.vocab_size}"
+        )
+    model = wrap(base_model, args)
+    model.to(device).train()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=args.lr, betas=(args.beta1, args.beta2), weight_decay=args.weight_decay)
+    scheduler = warmup_cosine(optimizer, args)
+    folder = RunFolder(run_dir, args.fingerprint(base_sha256=base_sha))
+    state = {"runtime_s": 0.0, "mlflow_run_id": None, "fingerprint": folder.fingerprint}
+    start_step = 0
+    ckpt = folder.resume_point(STALE_OUTPUTS)
+    if ckpt is not None:
+        from safetensors.torch import load_file
+
+        load_trainable_state(model, load_file(ckpt / "trainable.safetensors"), str(ckpt))
+        saved = RunFolder.restore(ckpt, optimizer, scheduler)
+        start_step = saved["step"]
+        state.update({k: saved[k] for k in state if k in saved})
+    run_name = args.run_name or folder.path.name
+    kind = model.get_base_model().interface_config.kind
+    params = {
+        "lora": dataclasses.asdict(args),
+        "git_commit": git_commit(),
+        "base_sha256": base_sha,
+        "task_data": task.name,
+        "examples": len(examples),
+        "device": device.type,
+        "bf16": use_bf16,
+        "trainable_parameters": sum(p.numel() for p in trainable),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    run = LoraRun(
+        args=args,
+        folder=folder,
+        device=device,
+        autocast=autocast,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        tracker=None,
+        state=state,
+        start_step=start_step,
+        run_name=run_name,
+        task=task,
+        tokenizer=tokenizer,
+        examples=examples,
+        val=val,
+        trainable=trainable,
+        kind=kind,
+        params=params,
+    )
+    run.tracker = start_tracking(run, fresh=ckpt is None)
+    return run
+
+
+def start_tracking(run: LoraRun, fresh: bool) -> Tracker:
+    """The run's MLflow run (resumed by id), run.json, and metrics.jsonl cut back to the resume point."""
+    args = run.args
+    tags = {"stage": "lora", "task": args.task, "interface": run.kind, **args.tags}
+    experiment = args.mlflow.get("experiment", "pit")
+    tracker = Tracker(
+        args.mlflow.get("tracking_uri"),
+        experiment,
+        run.run_name,
+        tags,
+        enabled=args.mlflow.get("enabled", True),
+        run_id=run.state["mlflow_run_id"],
+    )
+    run.state["mlflow_run_id"] = tracker.run_id
+    run.folder.write_run_json(
+        {
+            "run_name": run.run_name,
+            "experiment": experiment,
+            "tags": tags,
+            "params": run.params,
+            "mlflow_run_id": tracker.run_id,
+        }
+    )
+    if fresh:
+        tracker.log_params(run.params)
+    run.folder.keep_metrics_until(run.start_step)
+    return tracker
+
+
+def train_step(run: LoraRun, step_loss, step: int) -> dict:
+    """One optimizer step on `batch_size` examples drawn with default_rng([seed, step]); its metrics row."""
+    args = run.args
+    t0 = time.perf_counter()
+    pick = np.random.default_rng([args.seed, step]).integers(0, len(run.examples), size=args.batch_size)
+    inputs, labels = make_batch([run.examples[i] for i in pick], run.tokenizer.eos_token_id)
+    inputs, labels = inputs.to(run.device), labels.to(run.device)
+    with run.autocast:  # the chunked fused loss of pretraining: no (tokens x V) logits
+        loss = step_loss(inputs, labels)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(run.trainable, args.grad_clip).item()
+    optimizer_update(run.optimizer, run.model.get_base_model().interface if args.train_interface else None)
+    lr = run.scheduler.get_last_lr()[0]
+    run.scheduler.step()
+    dt = time.perf_counter() - t0
+    run.state["runtime_s"] += dt
+    return {
+        "step": step + 1,
+        "loss": loss.item(),
+        "lr": lr,
+        "grad_norm": grad_norm,
+        "target_tokens": int((labels != -100).sum()),
+        "tokens_per_s": inputs.numel() / dt,
+        "time_s": run.state["runtime_s"],
+    }
+
+
+def fit(run: LoraRun) -> bool:
+    """Train from the resume point to max_steps (or stop_after_steps); True when the run reached max_steps."""
+    args = run.args
+    step_loss = NextTokenLoss(run.model.get_base_model())  # peft's LoRA layers sit inside the base model's modules
+    last_step = args.max_steps if args.stop_after_steps is None else min(args.max_steps, args.stop_after_steps)
+    metrics = MetricsLog(run.folder.metrics_path, run.tracker, METRIC_KEYS, every=None)
+    for step in tqdm(
+        range(run.start_step, last_step),
+        initial=run.start_step,
+        total=args.max_steps,
+        desc=run.run_name,
+        dynamic_ncols=True,
+    ):
+        metrics.write(train_step(run, step_loss, step))
+        if args.checkpoint_every and (step + 1) % args.checkpoint_every == 0 and step + 1 < args.max_steps:
+            run.folder.save_checkpoint(
+                step + 1,
+                lambda tmp: save_file_trainable(run.model, tmp),
+                run.optimizer,
+                run.scheduler,
+                run.state,
+                args.keep_checkpoints,
+            )
+    metrics.close()
+    metrics.upload()
+    return last_step == args.max_steps
+
+
+def save_file_trainable(model, folder: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file(trainable_state(model), folder / "trainable.safetensors")
+
+
+def evaluate(run: LoraRun) -> dict:
+    """The end of a finished run: adapter/, merged/ (+ tokenizer), side effects against the base, summary.json."""
+    from pit.analysis.side_effects import side_effects
+
+    args, path = run.args, run.folder.path
+    with atomic_path(path / "adapter") as tmp:
+        save_adapter(run.model, args, tmp)
+    merged = merged_model(run.model)
+    with atomic_path(path / "merged") as tmp:
+        merged.save_pretrained(tmp, safe_serialization=True)
+        run.tokenizer.save_pretrained(tmp)
+    rows = run.folder.metrics()
+    summary = {
+        "run_name": run.run_name,
+        "task": args.task,
+        "task_data": run.task.name,
+        "interface": run.kind,
+        "base": args.base,
+        "steps": args.max_steps,
+        "first_step_loss": rows[0]["loss"],
+        "last_step_loss": rows[-1]["loss"],
+        "final_train_loss": float(np.mean([r["loss"] for r in rows[-5:]])),
+        "runtime_s": run.state["runtime_s"],
+        "peak_memory_mb": peak_memory_mb(run.device),
+        "trainable_parameters": run.params["trainable_parameters"],
+    }
+    if run.val is not None:
+        effects = side_effects(
+            load_model(args.base).to(run.device), merged, run.val, args.side_effect_seq_len, args.side_effect_windows
+        )
+        write_json(path / "side_effects.json", {**effects, "val_data": args.val_data})
+        run.tracker.log_metrics([{"step": args.max_steps, **effects}], SIDE_EFFECT_KEYS)
+        run.tracker.log_artifact(path / "side_effects.json")
+    write_json(path / "summary.json", summary)
+    run.tracker.log_metrics([{"step": args.max_steps, **summary}], ("final_train_loss", "runtime_s", "peak_memory_mb"))
+    run.folder.finish(run.tracker)
+    return summary
+
+
+def train_lora(args: LoraArgs, run_dir: str | Path) -> dict:
+    """Run (or resume) one LoRA run on `args.threads` CPU threads; returns the summary ({} when stopped early on
+    purpose)."""
+    with cpu_threads(args.threads):
+        run = setup(args, run_dir)
+        return evaluate(run) if fit(run) else {}
+
+
+def summary_line(summary: dict) -> str:
+    return json.dumps({k: summary[k] for k in ("first_step_loss", "final_train_loss", "runtime_s")})

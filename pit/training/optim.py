@@ -1,0 +1,57 @@
+"""Optimizer, schedule and the update that ends every training step (`pit train`, `pit lora`, `pit bench`)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def param_groups(model, weight_decay: float, lr: float = 1e-3, transform_lr_scale: float = 1.0) -> list[dict]:
+    """Decay matrices of the blocks and TT/untied tables; not norms, biases, gates, L or Z.
+    PIT's L gets its own group with lr x transform_lr_scale."""
+    decay, no_decay, transform = [], [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        leaf = name.split(".")[-1]
+        if name.startswith("interface.") and leaf in ("L_offdiag", "log_diag"):
+            transform.append(p)
+        elif p.ndim >= 2 and not (name.startswith("interface.") and leaf == "Z"):
+            decay.append(p)
+        else:
+            no_decay.append(p)
+    groups = [
+        {"params": decay, "weight_decay": weight_decay, "lr": lr},
+        {"params": no_decay, "weight_decay": 0.0, "lr": lr},
+    ]
+    if transform:
+        groups.append({"params": transform, "weight_decay": 0.0, "lr": lr * transform_lr_scale})
+    return groups
+
+
+def lr_lambda(args):
+    """Linear warmup to lr, then cosine decay to min_lr at max_steps (as a factor of lr); `args` has
+    warmup_steps, max_steps, lr and min_lr (pit.training.args.RunArgs)."""
+
+    def f(step: int) -> float:
+        if step < args.warmup_steps:
+            return (step + 1) / args.warmup_steps
+        progress = min(1.0, (step - args.warmup_steps) / max(1, args.max_steps - args.warmup_steps))
+        return (args.min_lr + 0.5 * (args.lr - args.min_lr) * (1 + math.cos(math.pi * progress))) / args.lr
+
+    return f
+
+
+def warmup_cosine(optimizer, args) -> torch.optim.lr_scheduler.LambdaLR:
+    """The schedule of `lr_lambda` on `optimizer`."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(args))
+
+
+def optimizer_update(optimizer, interface) -> None:
+    """The update that ends every training step: the optimizer step, the interface's after-step hook (PIT:
+    polar retraction of a trainable Z, Eq. 18; None: no interface), zero_grad."""
+    optimizer.step()
+    if interface is not None:
+        interface.after_optimizer_step()
+    optimizer.zero_grad(set_to_none=True)

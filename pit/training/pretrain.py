@@ -1,0 +1,428 @@
+"""Pretraining (`pit train`, paper Section 5, Table 1, Figures 3-4): one run, teacher or scratch mode, PIT, TT or
+untied, into a run folder (pit/training/run_folder.py; `final/` holds the last step's checkpoint + tokenizer).
+The skeleton is litgpt's: setup -> fit -> validate.
+
+Optimisation: AdamW (decay on matrices of the blocks and on TT/untied tables; none on norms, biases, gates,
+L or Z), linear warmup then cosine decay to `min_lr`, gradient accumulation to a fixed global batch in tokens,
+clipping, seeded data order (window starts for step s come from `numpy.random.default_rng([seed, s])`, so a
+resumed run reads the same data), bf16 autocast on CUDA with the PIT T/L work in FP32, the loss through the
+chunked fused head (no tokens x V logits). Under `torchrun` the same command runs DDP with the same global
+batch (each rank takes every world_size-th micro-batch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from pit.core.interfaces import InterfaceConfig
+from pit.core.linalg import cpu_threads
+from pit.data.reader import TokenFile
+from pit.errors import PitError
+from pit.io import atomic_path, sha256_file, write_json
+from pit.models import build_model, convert_teacher, get_spec, load_teacher
+from pit.models.access import interface_of, model_consistency, model_delta_ti
+from pit.models.configs import TeacherSpec
+from pit.tracking.provenance import git_commit
+from pit.tracking.tracker import METRIC_KEYS, Tracker
+from pit.training.args import PretrainArgs
+from pit.training.objective import NextTokenLoss
+from pit.training.optim import optimizer_update, param_groups, warmup_cosine
+from pit.training.run_folder import MetricsLog, RunFolder, RunHandles
+from pit.training.runtime import Dist, init_distributed, mixed_precision, peak_memory_mb, resolve_device
+
+STALE_OUTPUTS = ("metrics.jsonl", "summary.json", "final")
+
+
+def build_run_model(args: PretrainArgs, vocab_size: int):
+    """Scratch mode: a fresh model from a named spec. Teacher mode: load + convert the interface."""
+    iface = InterfaceConfig.from_dict(args.interface)
+    if args.mode == "scratch":
+        spec = get_spec(args.model)
+        if isinstance(spec, TeacherSpec) and iface.kind != "tt":
+            raise PitError(
+                f"model {args.model!r} is a GPT-2 stand-in teacher (tied, as Cerebras-GPT); "
+                f"train it with interface kind 'tt', not {iface.kind!r}"
+            )
+        return build_model(args.model, iface, vocab_size=vocab_size, max_seq_len=max(args.seq_len, 256), seed=args.seed)
+    teacher = load_teacher(args.model)
+    if teacher.config.vocab_size != vocab_size:
+        raise PitError(
+            f"teacher {args.model!r} has vocabulary size {teacher.config.vocab_size}; the training data "
+            f"was tokenized with vocabulary size {vocab_size}"
+        )
+    return convert_teacher(teacher, iface)
+
+
+def load_model_weights(folder: Path, model) -> None:
+    """Load a trainer checkpoint's model weights (model/*.safetensors) into `model`, checked against its shapes.
+    Tied parameters (a tied GPT-2's lm_head.weight is transformer.wte.weight) are saved once."""
+    from safetensors.torch import load_file
+
+    weights = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        weights.update(load_file(f))
+    own = model.state_dict()
+    saved_as = {}
+    for k, v in own.items():
+        saved_as.setdefault((v.data_ptr(), v.shape), []).append(k)
+    tied = {
+        k
+        for k in own
+        if k not in weights
+        and own[k].numel()
+        and any(o in weights for o in saved_as[(own[k].data_ptr(), own[k].shape)])
+    }
+    bad = [k for k in own if k not in tied and (k not in weights or weights[k].shape != own[k].shape)]
+    if bad:
+        raise PitError(
+            f"checkpoint {str(folder.parent)!r} does not match this run's model (e.g. {bad[0]}); "
+            "it was written by a run with another architecture or vocabulary"
+        )
+    missing, _ = model.load_state_dict({k: weights[k] for k in own if k not in tied}, strict=False)
+    assert set(missing) == tied, (missing, tied)
+
+
+@dataclass(kw_only=True)
+class Run(RunHandles):
+    """A pretraining run as `setup` made it."""
+
+    dist: Dist
+    train_data: TokenFile
+    val_data: TokenFile
+    accum: int
+    tags: dict
+
+
+def setup_data(args: PretrainArgs, world: int) -> tuple[TokenFile, TokenFile, int]:
+    """The token files, checked before any work: same tokenizer, windows fit, the global batch divides."""
+    train_data, val_data = TokenFile(args.train_data), TokenFile(args.val_data)
+    if val_data.meta.get("tokenizer_sha256") != train_data.meta.get("tokenizer_sha256"):
+        raise PitError(f"{args.train_data!r} and {args.val_data!r} were tokenized with different tokenizers")
+    accum = args.accumulation(world)
+    train_data.random_starts(1, args.seq_len, np.random.default_rng(0))  # at least one window fits
+    val_data.sequential_starts(args.seq_len)
+    return train_data, val_data, accum
+
+
+def setup(args: PretrainArgs, run_dir: str | Path) -> Run:
+    """Device, data, model, optimizer, then start or resume the run folder and its MLflow run."""
+    device = resolve_device(args.device)
+    d = init_distributed(device)
+    if device.type == "cuda":
+        device = torch.device("cuda", d.local_rank)
+        torch.cuda.set_device(device)
+    use_bf16, autocast = mixed_precision(args.precision, device)
+    train_data, val_data, accum = setup_data(args, d.world)
+    vocab = train_data.meta["vocab_size"]
+    model = build_run_model(args, vocab).to(device)
+    model.train()
+    optimizer = torch.optim.AdamW(
+        param_groups(model, args.weight_decay, args.lr, args.transform_lr_scale),
+        lr=args.lr,
+        betas=(args.beta1, args.beta2),
+        eps=args.adam_eps,
+        fused=True,
+    )
+    scheduler = warmup_cosine(optimizer, args)
+    folder = RunFolder(run_dir, args.fingerprint(), main=d.main)
+    run_name = args.run_name or folder.path.name
+    params = {
+        "train": dataclasses.asdict(args),
+        "git_commit": git_commit(),
+        "train_data_sha256": train_data.meta.get("sha256") or sha256_file(args.train_data),
+        "tokenizer_sha256": train_data.meta.get("tokenizer_sha256"),
+        "vocab_size": vocab,
+        "world_size": d.world,
+        "accumulation": accum,
+        "device": device.type,
+        "bf16": use_bf16,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+    }
+    tags = {"mode": args.mode, "interface": InterfaceConfig.from_dict(args.interface).kind, **args.tags}
+    state = {
+        "tokens": 0,
+        "runtime_s": 0.0,
+        "loss_ema": None,
+        "first_loss": None,
+        "skipped": 0,
+        "mlflow_run_id": None,
+        "fingerprint": folder.fingerprint,
+    }
+    start_step = 0
+    ckpt = folder.resume_point(STALE_OUTPUTS)
+    if ckpt is not None:
+        load_model_weights(ckpt / "model", model)
+        saved = RunFolder.restore(ckpt, optimizer, scheduler)
+        start_step = saved["step"]
+        state.update({k: saved[k] for k in state if k in saved})
+    experiment = args.mlflow.get("experiment", "pit")
+    tracker = Tracker(
+        args.mlflow.get("tracking_uri"),
+        experiment,
+        run_name,
+        tags,
+        enabled=d.main and args.mlflow.get("enabled", True),
+        run_id=state["mlflow_run_id"],
+    )
+    state["mlflow_run_id"] = tracker.run_id
+    if d.main:
+        folder.write_run_json(
+            {
+                "run_name": run_name,
+                "experiment": experiment,
+                "tags": tags,
+                "params": params,
+                "mlflow_run_id": tracker.run_id,
+            }
+        )
+        if ckpt is None:
+            tracker.log_params(params)
+        folder.keep_metrics_until(start_step)
+    return Run(
+        args=args,
+        folder=folder,
+        device=device,
+        autocast=autocast,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        tracker=tracker,
+        state=state,
+        start_step=start_step,
+        run_name=run_name,
+        dist=d,
+        train_data=train_data,
+        val_data=val_data,
+        accum=accum,
+        tags=tags,
+    )
+
+
+def loss_module(run: Run) -> torch.nn.Module:
+    """The loss as the module a step calls: NextTokenLoss, optionally compiled, wrapped in DDP under torchrun."""
+    step_loss = NextTokenLoss(run.model)
+    if run.args.compile:
+        step_loss = torch.compile(step_loss)
+    if run.dist.world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        step_loss = DDP(step_loss, device_ids=[run.device.index] if run.device.type == "cuda" else None)
+    return step_loss
+
+
+def forward_backward(run: Run, step_loss, step: int) -> float:
+    """Accumulate the gradients of one global batch (this rank's micro-batches); the mean loss over all ranks."""
+    args, d = run.args, run.dist
+    rng = np.random.default_rng([args.seed, step])
+    starts = run.train_data.random_starts(run.accum * d.world * args.micro_batch_size, args.seq_len, rng)
+    loss_sum = 0.0
+    for i in range(run.accum):
+        micro = d.rank + i * d.world
+        batch = run.train_data.windows(
+            starts[micro * args.micro_batch_size : (micro + 1) * args.micro_batch_size], args.seq_len
+        ).to(run.device)
+        sync = d.world == 1 or i == run.accum - 1
+        with nullcontext() if sync else step_loss.no_sync():
+            with run.autocast:
+                loss = step_loss(batch[:, :-1], batch[:, 1:]) / run.accum
+            loss.backward()
+        loss_sum += loss.item()
+    return d.all_reduce_mean(loss_sum)
+
+
+def spike_action(run: Run, step: int, loss: float, grad_norm: float) -> tuple[str | None, str]:
+    """(event, action): a non-finite loss or gradient, or a loss spike above spike_factor x its running mean,
+    handled as configured (on_nonfinite / on_spike); `stop` raises, keeping the last checkpoint."""
+    args, ema = run.args, run.state["loss_ema"]
+    if not math.isfinite(loss) or not math.isfinite(grad_norm):
+        event, action = "nonfinite", args.on_nonfinite
+    elif ema is not None and loss > args.spike_factor * ema:
+        event, action = "spike", args.on_spike
+    else:
+        return None, "none"
+    if action == "stop":
+        raise PitError(
+            f"step {step}: {event} loss {loss} (grad norm {grad_norm}); stopping as configured "
+            f"(on_{event}: stop). The last checkpoint is kept."
+        )
+    return event, action
+
+
+def train_step(run: Run, step_loss, step: int) -> dict:
+    """One optimizer step; returns its metrics row (step counts from 1)."""
+    args, state = run.args, run.state
+    t0 = time.perf_counter()
+    loss = forward_backward(run, step_loss, step)
+    grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), args.grad_clip).item()
+    event, action = spike_action(run, step, loss, grad_norm)
+    if action == "skip":
+        run.optimizer.zero_grad(set_to_none=True)
+        state["skipped"] += 1
+    else:
+        optimizer_update(run.optimizer, interface_of(run.model))
+    lr = run.scheduler.get_last_lr()[0]
+    run.scheduler.step()
+    if math.isfinite(loss) and event is None:
+        state["loss_ema"] = loss if state["loss_ema"] is None else 0.9 * state["loss_ema"] + 0.1 * loss
+    if state["first_loss"] is None:
+        state["first_loss"] = loss
+    state["tokens"] += args.global_batch_tokens
+    dt = time.perf_counter() - t0
+    state["runtime_s"] += dt
+    row = {
+        "step": step + 1,
+        "tokens": state["tokens"],
+        "loss": loss,
+        "lr": lr,
+        "grad_norm": grad_norm,
+        "tokens_per_s": args.global_batch_tokens / dt,
+        "time_s": state["runtime_s"],
+    }
+    return {**row, "event": event} if event else row
+
+
+def interface_metrics_row(run: Run, step: int) -> dict:
+    """Delta_TI every `interface_every` steps and the Table 2 metrics every `consistency_every`, both at the end."""
+    args, last = run.args, step == run.args.max_steps
+    out = {}
+    if step % args.interface_every == 0 or last:
+        out["delta_ti"] = model_delta_ti(run.model)
+    if (args.consistency_every and step % args.consistency_every == 0) or last:
+        out.update(model_consistency(run.model))
+    return out
+
+
+def fit(run: Run) -> tuple[bool, MetricsLog | None]:
+    """Train from the resume point to max_steps (or stop_after_steps); True when the run reached max_steps."""
+    args, d = run.args, run.dist
+    step_loss = loss_module(run)
+    last_step = args.max_steps if args.stop_after_steps is None else min(args.max_steps, args.stop_after_steps)
+    metrics = MetricsLog(run.folder.metrics_path, run.tracker, METRIC_KEYS, args.log_every) if d.main else None
+    bar = tqdm(
+        range(run.start_step, last_step),
+        initial=run.start_step,
+        total=args.max_steps,
+        desc=run.run_name,
+        disable=not d.main,
+        dynamic_ncols=True,
+    )
+    for step in bar:
+        row = train_step(run, step_loss, step)
+        if d.main:
+            metrics.write({**row, **interface_metrics_row(run, step + 1)})
+            bar.set_postfix(loss=f"{row['loss']:.4f}")
+        if args.checkpoint_every and (step + 1) % args.checkpoint_every == 0 and step + 1 < args.max_steps and d.main:
+            run.folder.save_checkpoint(
+                step + 1,
+                lambda tmp: run.model.save_pretrained(tmp / "model", safe_serialization=True),
+                run.optimizer,
+                run.scheduler,
+                run.state,
+                args.keep_checkpoints,
+            )
+        d.barrier()
+    bar.close()
+    if metrics is not None:
+        metrics.close()
+    return last_step == args.max_steps, metrics
+
+
+@torch.no_grad()
+def validation_loss(run: Run) -> float:
+    """Mean next-token loss on the first eval_batches x micro_batch_size non-overlapping validation windows."""
+    args = run.args
+    starts = run.val_data.sequential_starts(args.seq_len, args.eval_batches * args.micro_batch_size)
+    run.model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(starts), args.micro_batch_size):
+        batch = run.val_data.windows(starts[i : i + args.micro_batch_size], args.seq_len).to(run.device)
+        with run.autocast:
+            logits = run.model(batch[:, :-1], use_cache=False).logits
+        total += F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum").item()
+        count += batch[:, 1:].numel()
+    run.model.train()
+    return total / count
+
+
+def validate(run: Run, metrics: MetricsLog) -> dict:
+    """The end of a finished run: validation loss, summary.json, final/ (model + tokenizer), MLflow."""
+    args, state = run.args, run.state
+    rows = run.folder.metrics()
+    tail = [r["loss"] for r in rows[-args.final_loss_window :] if math.isfinite(r["loss"])]
+    final_loss = float(np.mean(tail)) if tail else float("nan")
+    val_loss = validation_loss(run)
+    summary = {
+        "run_name": run.run_name,
+        "mode": args.mode,
+        "interface": run.tags["interface"],
+        "model": args.model,
+        "steps": args.max_steps,
+        "tokens": state["tokens"],
+        "first_step_loss": state["first_loss"],
+        "final_train_loss": final_loss,
+        "final_train_ppl": math.exp(final_loss),
+        "last_step_loss": rows[-1]["loss"],
+        "val_loss": val_loss,
+        "val_ppl": math.exp(val_loss),
+        "runtime_s": state["runtime_s"],
+        "peak_memory_mb": peak_memory_mb(run.device),
+        "delta_ti": model_delta_ti(run.model),
+        "skipped_steps": state["skipped"],
+        "final_loss_window": args.final_loss_window,
+    }
+    tokenizer = load_tokenizer(args.tokenizer)
+    with atomic_path(run.folder.path / "final") as tmp:
+        run.model.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+    write_json(run.folder.path / "summary.json", summary)
+    metrics.upload([{"step": args.max_steps, "val_loss": val_loss, "val_ppl": summary["val_ppl"]}])
+    run.tracker.log_metrics(
+        [{"step": args.max_steps, **{k: v for k, v in summary.items() if isinstance(v, float)}}],
+        ("final_train_loss", "final_train_ppl", "runtime_s", "peak_memory_mb"),
+    )
+    run.folder.finish(run.tracker)
+    return summary
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    if not path:
+        return None
+    if not Path(path).is_dir():
+        raise PitError(f"tokenizer folder {path!r} does not exist")
+    return AutoTokenizer.from_pretrained(path)
+
+
+def train(args: PretrainArgs, run_dir: str | Path) -> dict:
+    """Run (or resume) one pretraining run on `args.threads` CPU threads; returns the summary ({} when the run
+    stopped early on purpose, or on the other ranks of a DDP job)."""
+    with cpu_threads(args.threads):
+        run = setup(args, run_dir)
+        finished, metrics = fit(run)
+        summary = {}
+        if not finished:
+            if metrics is not None:
+                metrics.upload()
+            return summary
+        if run.dist.main:
+            summary = validate(run, metrics)
+        run.dist.close()
+        return summary
+
+
+def summary_line(summary: dict) -> str:
+    return json.dumps({k: summary[k] for k in ("final_train_loss", "final_train_ppl", "val_loss", "runtime_s")})

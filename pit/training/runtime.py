@@ -1,0 +1,76 @@
+"""Where a run executes: device, precision, processes (DDP under torchrun) and peak memory."""
+
+from __future__ import annotations
+
+import os
+import resource
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Dist:
+    """This process's place in a torchrun job (rank 0 of 1 without torchrun)."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def all_reduce_mean(self, x: float) -> float:
+        if self.world == 1:
+            return x
+        import torch.distributed as dist
+
+        t = torch.tensor([x], dtype=torch.float64)
+        dist.all_reduce(t)
+        return t.item() / self.world
+
+    def close(self) -> None:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+            dist.destroy_process_group()
+
+
+def init_distributed(device: torch.device) -> Dist:
+    """torchrun sets WORLD_SIZE/RANK/LOCAL_RANK: NCCL on GPU, gloo on CPU."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return Dist()
+    import torch.distributed as dist
+
+    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return Dist(dist.get_rank(), world, int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` = CUDA when available, else CPU; otherwise the named device."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def mixed_precision(precision: str, device: torch.device):
+    """(bf16?, autocast context): bf16 autocast for `bf16`, and for `auto` on CUDA; FP32 otherwise."""
+    use_bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
+    return use_bf16, torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak CUDA memory allocated, or the peak resident set of this process on CPU (Linux), in MiB."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB

@@ -1,0 +1,206 @@
+"""What the workflow tests share: running Snakemake on the repository's workflow, reading its dry runs,
+writing edited profiles, and the one reduced pipeline run the end-to-end tests share (fixture
+`pipeline_project` in conftest.py).
+
+The shared run: a temporary project (a git repository holding a copy of the workflow, the code and the DVC
+files) runs the default DAG on a reduced profile: one teacher slot with a stand-in teacher, one scratch
+slot, PIT and TT, LoRA on MBPP with HumanEval as the out-of-domain set, tables, figures, report. The run is
+SIGKILLed (Snakemake and its jobs) once the first training job has finished, then resumed with
+--rerun-incomplete, so every test that reads its results also reads the results of a resumed pipeline.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEFILE = ROOT / "workflow/Snakefile"
+DEFAULT_CONFIG = "config/config.yaml"  # the embedded default profile, relative to a project's root
+PAPER_CONFIG = ROOT / "config/paper.yaml"
+
+# What a clone of the repository holds that the pipeline and DVC need (dvc.yaml's deps included).
+PROJECT_FILES = ["workflow", "config", "pit", "dvc.yaml", ".dvc/config", ".dvc/.gitignore", ".dvcignore"]
+LOCAL_PROFILE = "workflow/profiles/local"
+GIT_ID = {
+    "GIT_AUTHOR_NAME": "test",
+    "GIT_AUTHOR_EMAIL": "test@example.org",
+    "GIT_COMMITTER_NAME": "test",
+    "GIT_COMMITTER_EMAIL": "test@example.org",
+}
+
+
+# --- Snakemake on the repository's workflow, in a temporary directory --------------------------------
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = os.environ | {"HF_HUB_OFFLINE": "1"}  # the data stage of the default profile needs no network
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def job_counts(dry_run_output: str) -> dict[str, int]:
+    """{rule: jobs} from the `Job stats` table of a dry run."""
+    table = dry_run_output.split("Job stats:")[1].split("total")[0]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def write_config(path: Path, edit) -> Path:
+    """The default profile, changed by `edit(config)`, written to `path`."""
+    config = yaml.safe_load((ROOT / DEFAULT_CONFIG).read_text())
+    edit(config)
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+# --- The shared reduced pipeline run in a temporary project -------------------------------------------
+
+
+def reduced(config: dict) -> dict:
+    """The default profile cut to minutes: two slots, two interfaces, a few steps, one post-training task."""
+    config["context_length"] = 32
+    config["corpus"]["max_documents"] = 60
+    config["tokenizers"]["bpe32k"]["vocab_size"] = 2000
+    p = config["pretrain"]
+    p["interfaces"] = ["pit", "tt"]
+    p["teacher_slots"] = {"256m": {"stand_in": "gpt2-tiny"}}
+    p["scratch_slots"] = {"303m": {"model": "scratch-tiny"}}
+    p["train"].update(
+        global_batch_tokens=128,
+        micro_batch_size=4,
+        max_steps=3,
+        warmup_steps=1,
+        checkpoint_every=2,
+        eval_batches=1,
+        final_loss_window=2,
+    )
+    p["mode_train"] = {"teacher": {"lr": 1.0e-3}, "scratch": {}}
+    p["stand_in_teacher"] = {"max_steps": 4}
+    post = config["posttrain"]
+    post["tasks"] = {"mbpp": ["humaneval"]}
+    post["lora"].update(max_steps=2, batch_size=2, seq_len=64, checkpoint_every=1, side_effect_windows=2, limit=16)
+    post["evaluate"].update(limit=2, max_new_tokens=8)
+    return config
+
+
+def run(cmd: list[str], cwd: Path, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
+    return proc
+
+
+def snakemake_cmd(*args: str) -> list[str]:
+    """Snakemake as a project runs it from its root (it finds workflow/Snakefile itself)."""
+    return [sys.executable, "-m", "snakemake", "--profile", LOCAL_PROFILE, *args]
+
+
+class Project:
+    """A temporary project; HOME points into the temporary folder, so the default DVC remote
+    (~/.cache/pit-repro/dvc-remote in .dvc/config) is the test's own."""
+
+    def __init__(self, root: Path, home: Path):
+        self.root, self.home = root, home
+        self.env = os.environ | GIT_ID | {"HF_HUB_OFFLINE": "1", "DVC_NO_ANALYTICS": "1"}
+        self.dvc_env = self.env | {"HOME": str(home)}
+
+    @property
+    def remote(self) -> Path:
+        return self.home / ".cache/pit-repro/dvc-remote"
+
+    def snakemake(self, *args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        return run(snakemake_cmd(*args), cwd or self.root, self.env, check)
+
+
+def make_project(root: Path, home: Path) -> Project:
+    root.mkdir(parents=True)
+    for name in PROJECT_FILES:
+        src, dst = ROOT / name, root / name
+        if src.is_dir():
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+    config = reduced(yaml.safe_load((ROOT / DEFAULT_CONFIG).read_text()))
+    (root / DEFAULT_CONFIG).write_text(yaml.safe_dump(config, sort_keys=False))
+    shutil.copy2(ROOT / ".gitignore", root / ".gitignore")
+    project = Project(root, home)
+    run(["git", "init", "-q"], root)
+    run(["git", "add", "-A"], root)
+    run(["git", "commit", "-qm", "project"], root, project.env)
+    return project
+
+
+JOB_RE = re.compile(
+    r"^\s*(?:local)?rule (\w+):\n(?:\s+\w+: .*\n)*?\s+output: (.*)\n(?:\s+\w+: .*\n)*?\s+jobid: (\d+)$", re.M
+)
+
+
+def job_outputs(log: str) -> dict[int, tuple[str, list[str]]]:
+    """{jobid: (rule, outputs)} of the jobs a Snakemake log started."""
+    return {int(m[3]): (m[1], [p.strip() for p in m[2].split(",")]) for m in JOB_RE.finditer(log)}
+
+
+def finished_jobs(log: str) -> list[int]:
+    return [int(n) for n in re.findall(r"Finished jobid: (\d+) ", log)]
+
+
+def files_under(root: Path, paths: list[str]) -> list[Path]:
+    """The files of `paths` (files, or folders walked recursively), relative to `root`, in sorted order."""
+    out = []
+    for p in paths:
+        path = root / p
+        out += [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
+    return out
+
+
+def mtimes(root: Path, paths: list[str]) -> dict[str, int]:
+    return {str(f.relative_to(root)): f.stat().st_mtime_ns for f in files_under(root, paths)}
+
+
+def killed_and_resumed(tmp: Path) -> Project:
+    """The shared run: started, SIGKILLed once the first training job finished, resumed to the end.
+    `project.killed` records what had finished (and its files' mtimes), `project.resumed` the second run."""
+    project = make_project(tmp / "project", tmp / "home")
+    log_path = tmp / "first.log"
+    with open(log_path, "w") as log:
+        first = subprocess.Popen(
+            snakemake_cmd(),
+            cwd=project.root,
+            env=project.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 600
+    try:
+        while not re.search(r"Finished jobid: \d+ \(Rule: pretrain", log_path.read_text()):
+            assert first.poll() is None, f"the pipeline ended before any training job finished:\n{log_path.read_text()}"
+            assert time.monotonic() < deadline, "no training job finished in 10 minutes"
+            time.sleep(0.2)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # Snakemake and every job it started: a crash, no clean-up
+        first.wait()
+    first_log = log_path.read_text()
+    started = job_outputs(first_log)
+    done = [started[j] for j in finished_jobs(first_log)]
+    done_outputs = [p for _, outputs in done for p in outputs]
+    project.killed = {"log": first_log, "finished": done, "mtimes": mtimes(project.root, done_outputs)}
+    project.total_jobs = sum(job_counts(first_log).values())  # the whole DAG, printed when the run started
+
+    project.snakemake("--unlock")  # a SIGKILLed Snakemake leaves its lock
+    project.resumed = project.snakemake("--rerun-incomplete")
+    return project
