@@ -1,4 +1,4 @@
-"""The host memory policy of `pit` processes (`pit/allocator.py`) on and off: the 133M-shaped training step
+"""The host memory policy of `pit` processes (`pit/training/allocator.py`) on and off: the 133M-shaped training step
 (`pit.training.bench.TrainStep`, 4 x 256 tokens, V = 50257) of each interface, and the GPT-2 reference pair of
 `pit bench` (`GPT2LMHeadModel` and our TT model at GPT-2 configuration), with the GEMM yardstick, in child
 processes that alternate over rounds (`PIT_MALLOC=system` keeps glibc's defaults; the policy cannot be

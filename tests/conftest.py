@@ -2,7 +2,7 @@ import os
 
 import pytest
 import torch
-from helpers import killed_and_resumed
+from helpers import STDLIB_CORPUS, killed_and_resumed
 
 # Determinism and a quiet, offline environment for every test.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -25,17 +25,7 @@ def tiny_data(tmp_path_factory):
     from pit.data.tokenizers import build_tokenizer
 
     root = tmp_path_factory.mktemp("tiny_data")
-    corpus = {
-        "name": "stdlib",
-        "source": "local",
-        "glob": "@stdlib/**/*.py",
-        "exclude": ["site-packages/*"],
-        "max_documents": 60,
-        "max_bytes": None,
-        "val_fraction": 0.2,
-        "seed": 0,
-        "shard_documents": 30,
-    }
+    corpus = STDLIB_CORPUS | {"shard_documents": 30}
     manifest = root / "corpus" / "manifest.json"
     download(corpus, manifest)
     build_tokenizer("gpt2", {"kind": "gpt2", "source": "package"}, root / "tok" / "gpt2")

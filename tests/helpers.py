@@ -23,6 +23,19 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# A small real corpus: the first 60 files of this interpreter's standard library (pit data download's spec).
+STDLIB_CORPUS = {
+    "name": "stdlib",
+    "source": "local",
+    "glob": "@stdlib/**/*.py",
+    "exclude": ["site-packages/*"],
+    "max_documents": 60,
+    "max_bytes": None,
+    "val_fraction": 0.2,
+    "seed": 0,
+    "shard_documents": 25,
+}
 SNAKEFILE = ROOT / "workflow/Snakefile"
 DEFAULT_CONFIG = "config/config.yaml"  # the embedded default profile, relative to a project's root
 PAPER_CONFIG = ROOT / "config/paper.yaml"

@@ -1,4 +1,4 @@
-"""pit/allocator.py: a `pit` process keeps freed memory, so a tensor freed and allocated again every step
+"""pit/training/allocator.py: a `pit` process keeps freed memory, so a tensor freed and allocated again every step
 (the loss's logits chunk, the V x d gradients) does not page-fault its memory in again; PIT_MALLOC=system
 keeps the C library's default."""
 

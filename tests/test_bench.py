@@ -48,7 +48,7 @@ def test_json_schema_is_stable():
     }
     assert r["schema"] == "pit-bench/1"
     assert set(r["machine"]) == {"torch", "threads", "cpu", "python", "malloc"}
-    assert r["machine"]["malloc"] == "retain"  # `pit` keeps freed memory (pit/allocator.py)
+    assert r["machine"]["malloc"] == "retain"  # `pit` keeps freed memory (pit/training/allocator.py)
     assert set(r["gemm_peak"]) == {"n", "flop_per_s"} and r["gemm_peak"]["flop_per_s"] > 0
     assert [row["arm"] for row in r["train"]] == ["pit", "pit_trainable_z", "tt", "untied"]
     assert all(set(row) == STEP_KEYS | {"time_ratio_to_tt"} for row in r["train"])

@@ -8,20 +8,11 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
+from helpers import STDLIB_CORPUS
 
 from pit.data.download import download, is_val, local_files
 
-SPEC = {
-    "name": "stdlib",
-    "source": "local",
-    "glob": "@stdlib/**/*.py",
-    "exclude": ["site-packages/*"],
-    "max_documents": 60,
-    "max_bytes": None,
-    "val_fraction": 0.2,
-    "seed": 0,
-    "shard_documents": 25,
-}
+SPEC = STDLIB_CORPUS
 
 
 def pit(*args: str) -> subprocess.CompletedProcess:

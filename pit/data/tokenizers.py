@@ -159,7 +159,8 @@ def load_tokenizer(folder: str | os.PathLike):
 
 
 def tiktoken_gpt2():
-    """tiktoken's GPT-2 encoding built offline from the same package files: the reference for checks."""
+    """tiktoken's GPT-2 encoding built offline from the same package files: the reference the tests and
+    benchmarks check our ids against (tiktoken comes with the `dev` extra)."""
     import tiktoken
     from tiktoken.load import data_gym_to_mergeable_bpe_ranks
     from tiktoken_ext.openai_public import r50k_pat_str
