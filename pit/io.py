@@ -1,27 +1,40 @@
-"""Atomic file writes and hashing: finished work is never replaced by a half-written file."""
+"""Atomic file writes and hashing: finished work is never replaced by a half-written file.
+
+`atomic_path(path)` works in a temporary folder `.NAME.PID-XXXXXXXX.tmp` next to `path` (PID: the writing
+process) and renames the result onto `path`; a process killed before the rename leaves that folder behind,
+and the next `atomic_path(path)` removes it (`remove_stale_temporaries`, which also sweeps a whole folder).
+`write_file_set` writes files that belong together (a table's .md/.csv/.tex) as one unit a reader can check:
+a manifest of their hashes (`sha256sum -c` format), written last.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pit.errors import PitError
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path next to `path`; on success rename it onto `path` (atomic on POSIX).
 
-    Works for files and directories. On error the temporary is removed and `path` is untouched.
+    Works for files and directories. On error the temporary is removed and `path` is untouched. Temporaries of
+    `path` that a killed process left behind are removed first (`remove_stale_temporaries`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    remove_stale_temporaries(path.parent, path.name)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp", dir=path.parent))
     target = tmp / path.name
     try:
         yield target
@@ -42,8 +55,13 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text)
 
 
+def json_text(obj: Any) -> str:
+    """The JSON files' format: indented, keys sorted, a final newline."""
+    return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    write_text(path, json_text(obj))
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -57,3 +75,80 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     """The rows of a JSON Lines file (blank lines skipped), e.g. a run's metrics.jsonl."""
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+# .NAME.PID-XXXXXXXX.tmp (this module), .NAME.XXXXXXXX.tmp (older versions), .NAME.old.tmp (a replaced folder)
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?:(?P<pid>\d+)-)?[a-z0-9_]+\.tmp")
+
+
+def _running(pid: int) -> bool:
+    """Whether a process `pid` exists on this machine (another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: str | os.PathLike, name: str | None = None) -> list[Path]:
+    """Remove the temporaries `atomic_path` left in `folder` when its process was killed before the rename:
+    those of `folder/name` (of every path in `folder` when `name` is None) whose writing process is no longer
+    running. A temporary of a live process (a writer at work) is kept. Returns the paths removed."""
+    folder = Path(folder)
+    pattern = f".{glob.escape(name)}.*.tmp" if name is not None else ".*.tmp"
+    removed = []
+    for tmp in sorted(folder.glob(pattern)):
+        m = _TEMPORARY.fullmatch(tmp.name)
+        if m is None or (name is not None and m["name"] != name) or (m["pid"] and _running(int(m["pid"]))):
+            continue
+        shutil.rmtree(tmp) if tmp.is_dir() and not tmp.is_symlink() else tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    return removed
+
+
+def manifest_text(paths: list[Path]) -> str:
+    """`sha256sum` lines (`HASH  NAME`) of files in one folder."""
+    return "".join(f"{sha256_file(p)}  {p.name}\n" for p in paths)
+
+
+def write_file_set(texts: dict[Path, str], manifest: str | os.PathLike) -> None:
+    """Write files of one folder that belong together as one unit. Each file is written to a temporary first;
+    then the old manifest is removed, the files are renamed into place, and the new manifest (their sha256, the
+    format of `sha256sum`) is written last. Killed at any point, the folder holds either a complete set that
+    matches its manifest or no manifest: `file_set_complete` tells which (`sha256sum -c MANIFEST` too)."""
+    manifest = Path(manifest)
+    paths = [Path(p) for p in texts]
+    with contextlib.ExitStack() as stack:
+        for path, text in texts.items():
+            stack.enter_context(atomic_path(path)).write_text(text)
+        manifest.unlink(missing_ok=True)  # from here until the new manifest, the set reads as incomplete
+    write_text(manifest, manifest_text(paths))
+
+
+def file_set_complete(manifest: str | os.PathLike) -> bool:
+    """Whether the files a manifest of `write_file_set` lists are all there with the hashes it records."""
+    manifest = Path(manifest)
+    if not manifest.is_file():
+        return False
+    for line in manifest.read_text().splitlines():
+        digest, _, name = line.partition("  ")
+        path = manifest.parent / name
+        if not path.is_file() or sha256_file(path) != digest:
+            return False
+    return True
+
+
+def read_json(path):
+    """A JSON file's value; a missing, unreadable or half-written file (a killed writer, a damaged sidecar) is one
+    PitError naming it, where `json.loads` would raise an error that names neither the file nor the cause."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PitError(f"{str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise PitError(f"{str(path)!r} cannot be read: {err}") from None
+    except json.JSONDecodeError as err:
+        raise PitError(f"{str(path)!r} is not valid JSON ({err}): a half-written or damaged file?") from None

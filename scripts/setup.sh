@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-step set-up for a fresh machine: installs the pinned CPU PyTorch first (an unpinned torch
 # would pull several GB of CUDA packages), then the project and its pinned dependencies, and,
-# where this runs as root on Debian/Ubuntu, Chromium for the test that renders the HTML report.
+# where this runs as root on Debian/Ubuntu, Chromium for the test that renders the HTML report and
+# bubblewrap, the sandbox of `pit evaluate`'s code samples (docs/evaluation.md).
 # Idempotent: a second run only checks that everything is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,5 +16,12 @@ if ! command -v chromium >/dev/null 2>&1; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
     else
         echo "note: chromium is not installed; the HTML-report rendering test needs it (apt-get install chromium)" >&2
+    fi
+fi
+if ! command -v bwrap >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+    else
+        echo "note: bubblewrap is not installed; pit evaluate then runs code samples without namespaces (apt-get install bubblewrap)" >&2
     fi
 fi

@@ -217,3 +217,26 @@ def killed_and_resumed(tmp: Path) -> Project:
     project.snakemake("--unlock")  # a SIGKILLed Snakemake leaves its lock
     project.resumed = project.snakemake("--rerun-incomplete")
     return project
+
+
+# --- A crash at a chosen point ------------------------------------------------------------------------------------
+
+_KILL_HOOK = """
+import os, runpy, signal, sys
+def _kill_at(event, args, _event={event!r}, _match={match!r}):
+    if event == _event and any(str(a) == _match for a in args):
+        os.kill(os.getpid(), signal.SIGKILL)
+sys.addaudithook(_kill_at)
+"""
+
+
+def killed_at(event: str, match: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """Run `python ARGV` (`-m MODULE ARGS...` or `-c CODE ARGS...`) in a child that SIGKILLs itself when the audit
+    event `event` first fires with an argument equal to `match` (e.g. `os.rename` onto a given path, before the
+    rename happens; `shutil.rmtree` of a given folder): a crash at an exact point of the real code, no timing."""
+    hook = _KILL_HOOK.format(event=event, match=match)
+    if argv[0] == "-m":
+        body = f"sys.argv = {argv[1:]!r}\nrunpy.run_module({argv[1]!r}, run_name='__main__', alter_sys=True)\n"
+    else:
+        body = f"sys.argv = ['-c', *{argv[2:]!r}]\nexec(compile({argv[1]!r}, '<killed_at>', 'exec'))\n"
+    return subprocess.run([sys.executable, "-c", hook + body], capture_output=True, text=True)

@@ -212,7 +212,9 @@ def test_cli_scores_a_samples_file(tmp_path, humaneval):
     proc = run_pit("evaluate", "humaneval", "--samples", str(path), "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert (result["task"], result["n"], result["pass@1"]) == ("humaneval", 4, 0.75)
+    # scored over the benchmark: the 160 tasks without a sample count as failed
+    assert (result["task"], result["n"], result["covered"], result["passed"]) == ("humaneval", 164, 4, 3)
+    assert result["pass@1"] == 3 / 164 and result["results"][list(humaneval.records)[4]]["status"] == "missing"
     assert result["results"][ids[0]] == {"passed": True, "status": "passed", "detail": ""}
     assert result["results"][ids[3]]["status"] == "failed"
 
@@ -231,7 +233,7 @@ def test_cli_takes_settings_from_a_spec(tmp_path, humaneval, capsys):
     )
     assert main(["evaluate", "humaneval", "--samples", str(path), "--spec", '{"workers": 1}', "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert (result["n"], result["pass@1"], result["source"]) == (2, 1.0, "offline")
+    assert (result["n"], result["covered"], result["passed"], result["source"]) == (164, 2, 2, "offline")
     assert main(["evaluate", "humaneval", "--samples", str(path), "--spec", '{"workers": 1, "wokers": 2}']) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "'wokers'" in err

@@ -22,6 +22,7 @@ COMMANDS = {
     "evaluate": ("pit.commands.evaluate", "generate and score HumanEval, MBPP, GSM8K, SVAMP"),
     "diagnose": ("pit.commands.diagnose", "token-interface diagnostics of a checkpoint"),
     "side-effects": ("pit.commands.side_effects", "KL, loss change and interface change between two checkpoints"),
+    "convert-check": ("pit.commands.convert_check", "initial loss and interface errors of each PIT teacher init"),
     "table": ("pit.commands.table", "build one of the paper's tables (Markdown, CSV, LaTeX)"),
     "figure": ("pit.commands.figure", "draw one of the paper's figures (PNG)"),
     "report": ("pit.commands.report", "write results/REPORT.md from the tables and figures"),
@@ -31,6 +32,11 @@ COMMANDS = {
     "mlflow": ("pit.commands.mlflow", "MLflow utilities (sync run folders to a store, log the summary run)"),
     "runs": ("pit.commands.runs", "table of the MLflow store's runs and their final metrics"),
 }
+
+
+# What counts as bad input (one line on stderr, exit code 2): a PitError, or a path that is missing, a folder
+# where a file was expected (or the reverse), or not readable (the message names the path).
+BAD_INPUT = (PitError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
@@ -50,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (PitError, FileNotFoundError) as err:
+    except BAD_INPUT as err:
         # Bad input is one clear line; anything else is a bug and keeps its traceback.
-        print(f"pit {args.command}: error: {err}", file=sys.stderr)
+        print(f"pit {args.command}: error: {' '.join(str(err).splitlines())}", file=sys.stderr)
         return 2

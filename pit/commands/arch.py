@@ -14,17 +14,25 @@ def _millions(x: float | None) -> str:
     return "" if x is None else f"{x / 1e6:.0f}M"
 
 
+def _ours_and_paper(ours, paper) -> str:
+    """`ours`, with the paper's value beside it where the two differ (XL's heads)."""
+    return f"{ours}" if paper in (None, ours) else f"{ours} (paper {paper})"
+
+
 def to_markdown(rows: list[dict]) -> str:
     head = (
-        "| model | paper name | L | d_model | n_h | n_kv | d_ff | V | params (ours) | params (paper) | "
-        "embed % (ours) | embed % (paper) | PIT extra (L) |"
+        "| model | paper name | L | d_model | n_h | n_kv | d_head | q width | KV width | d_ff | V | params (ours) | "
+        "params (paper) | embed % (ours) | embed % (paper) | PIT extra (L) |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         p = r.get("paper") or {}
         lines.append(
-            f"| {r['model']} | {p.get('name', '')} | {r['layers']} | {r['d_model']} | {r['n_heads']} | "
-            f"{r['n_kv_heads']} | {r['d_ff']} | {r['vocab_size']} | {r['params'] / 1e6:.1f}M | "
+            f"| {r['model']} | {p.get('name', '')} | {r['layers']} | {r['d_model']} | "
+            f"{_ours_and_paper(r['n_heads'], p.get('n_heads'))} | "
+            f"{_ours_and_paper(r['n_kv_heads'], p.get('n_kv_heads'))} | "
+            f"{r['d_head']} | {r['q_width']} | {r['kv_width']} | {r['d_ff']} | {r['vocab_size']} | "
+            f"{r['params'] / 1e6:.1f}M | "
             f"{_millions(p.get('params'))} | {r['embed_pct']:.1f} | {p.get('embed_pct', '')} | "
             f"{r['pit_extra_params']:,} |"
         )

@@ -5,11 +5,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
 from pit.errors import PitError
+
+
+def _read_file(value: str, flag: str, what: str) -> str:
+    """The text of the file a flag names; a missing file, a folder or unreadable bytes are one PitError."""
+    path = Path(value)
+    if not path.exists():
+        raise PitError(f"{flag} {value!r}: no such file; expected {what}")
+    if not path.is_file():
+        raise PitError(f"{flag} {value!r} is a folder (or not a regular file); expected {what}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise PitError(f"{flag} {value!r} cannot be read ({err}); expected {what}") from None
 
 
 def read_spec(value: str | None, flag: str = "--spec") -> dict[str, Any]:
@@ -18,10 +30,7 @@ def read_spec(value: str | None, flag: str = "--spec") -> dict[str, Any]:
         return {}
     text = value
     if not value.lstrip().startswith("{"):
-        path = Path(value)
-        if not path.is_file():
-            raise PitError(f"{flag} {value!r}: expected a JSON object or the path of a JSON file")
-        text = path.read_text()
+        text = _read_file(value, flag, "a JSON object or the path of a JSON file")
     try:
         spec = json.loads(text)
     except json.JSONDecodeError as err:
@@ -31,13 +40,60 @@ def read_spec(value: str | None, flag: str = "--spec") -> dict[str, Any]:
     return spec
 
 
-def merge_spec(args: argparse.Namespace, spec: dict[str, Any], defaults: dict[str, Any]) -> argparse.Namespace:
+def read_config(value: str, flag: str = "--config") -> dict[str, Any]:
+    """The pipeline config given inline as a JSON object (`{...}`) or as the path of a YAML or JSON file; a
+    missing file, a syntax error (with its line and column) or a value that is not a mapping is one PitError."""
+    import yaml
+
+    inline = value.lstrip().startswith("{")
+    text = value if inline else _read_file(value, flag, "the pipeline config (a JSON object, or a YAML/JSON file)")
+    shown = "the inline JSON" if inline else repr(value)
+    try:
+        config = json.loads(text) if inline else yaml.safe_load(text)
+    except json.JSONDecodeError as err:
+        raise PitError(f"{flag} {shown}: not valid JSON ({err}); expected a JSON object") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark is not None else ""
+        problem = getattr(err, "problem", None) or " ".join(str(err).split())
+        context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
+        if context and start is not None:
+            problem += f" ({context} at line {start.line + 1})"
+        raise PitError(f"{flag} {shown}:{where} YAML syntax error: {problem}") from None
+    if not isinstance(config, dict):
+        raise PitError(f"{flag} {shown}: expected a mapping (the pipeline config), got {type(config).__name__}")
+    return config
+
+
+def _spec_type_ok(value, kind: type) -> bool:
+    """A spec value of the flag's type: bool is not an int, an int is a float."""
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+
+
+def merge_spec(
+    args: argparse.Namespace,
+    spec: dict[str, Any],
+    defaults: dict[str, Any],
+    types: dict[str, type] | None = None,
+) -> argparse.Namespace:
     """Fill `args` from `spec`, then from `defaults`: a flag given on the command line wins over the spec, the spec
     over the default. The flags named in `defaults` must be declared with `default=None`; a spec key that is not
-    one of them is an error naming it."""
+    one of them is an error naming it, and so is a spec value not of the key's type (`types[key]`, else the
+    type of its default; null only where the default is None; an int is accepted for a float, as a float)."""
     unknown = sorted(set(spec) - set(defaults))
     if unknown:
         raise PitError(f"--spec has unknown keys {unknown}; expected a subset of {sorted(defaults)}")
+    types = types or {}
+    for key, value in spec.items():
+        kind = types.get(key) or type(defaults[key])
+        if value is None and defaults[key] is None or kind is type(None):
+            continue
+        if not _spec_type_ok(value, kind):
+            raise PitError(f"--spec key {key!r}: {json.dumps(value)} is not of type {kind.__name__}")
+        if kind is float:
+            spec = {**spec, key: float(value)}
     for key, default in defaults.items():
         if getattr(args, key, None) is None:
             setattr(args, key, spec.get(key, default))
@@ -51,12 +107,18 @@ def add_spec_argument(parser: argparse.ArgumentParser, keys: str) -> None:
 
 
 def add_run_arguments(p: argparse.ArgumentParser, what: str) -> None:
-    """--spec / --spec-file, --out, --threads: the arguments of every training command."""
+    """--spec / --spec-file, --out, --threads, --overwrite: the arguments of every training command."""
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--spec", help=f"the run settings ({what}) as a JSON object or the path of a JSON file")
     src.add_argument("--spec-file", help="the run settings as a JSON file (same as --spec FILE)")
     p.add_argument("--out", required=True, help="run folder")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (overrides the spec)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a finished run with other settings in --out (the old result stays until the new one is "
+        "complete); without it such a folder is refused, and one that holds this run finished is left as it is",
+    )
 
 
 def run_spec(args: argparse.Namespace) -> dict:
@@ -64,16 +126,3 @@ def run_spec(args: argparse.Namespace) -> dict:
     if args.threads is not None:
         spec["threads"] = args.threads
     return spec
-
-
-def run_training(args: argparse.Namespace, args_class, train, summary_line) -> int:
-    """`pit train` / `pit lora train`: the memory policy, the checked settings, the run, its summary line."""
-    from pit.training.allocator import retain_freed_memory
-
-    retain_freed_memory()  # pit/training/allocator.py: no page faults from per-step tensors; PIT_MALLOC=system opts out
-    settings = args_class.from_dict(run_spec(args))
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    summary = train(settings, args.out)
-    if summary:
-        print(summary_line(summary))
-    return 0

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from pit.commands.common import add_spec_argument, merge_spec, read_spec
+from pit.errors import PitError
 
 TOKENIZE_DEFAULTS = {"workers": 1, "batch_documents": 64, "token_budget": None, "context_length": None}
+TOKENIZE_TYPES = {"token_budget": int, "context_length": int}  # (null allowed: their defaults are None)
 
 
 def _budget(text: str) -> int | None:
     return None if text.lower() in ("none", "null") else int(text)
+
+
+_budget.__name__ = "integer or none"  # argparse names the type in its error: "invalid integer or none value"
 
 
 def _download(args) -> int:
@@ -19,6 +26,14 @@ def _download(args) -> int:
         f"corpus {manifest['name']}: {manifest['documents']} documents, {manifest['bytes']} bytes, "
         f"splits {manifest['splits']}"
     )
+    skipped = manifest.get("skipped_files", [])
+    if skipped:
+        reasons = Counter(f["reason"] for f in skipped)
+        print(
+            f"skipped {len(skipped)} files that are not text ("
+            + ", ".join(f"{n} {why}" for why, n in sorted(reasons.items()))
+            + f"; listed in {args.out} under skipped_files)"
+        )
     return 0
 
 
@@ -36,7 +51,9 @@ def _tokenizer(args) -> int:
 def _tokenize(args) -> int:
     from pit.data.tokenize import tokenize_split
 
-    merge_spec(args, read_spec(args.spec), TOKENIZE_DEFAULTS)
+    merge_spec(args, read_spec(args.spec), TOKENIZE_DEFAULTS, TOKENIZE_TYPES)
+    if args.context_length is not None and args.context_length < 1:
+        raise PitError(f"--context-length {args.context_length}: expected an integer >= 1 (or none)")
     sidecar = tokenize_split(
         args.corpus, args.split, args.tokenizer, args.out,
         workers=args.workers, batch_documents=args.batch_documents,

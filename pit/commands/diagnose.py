@@ -13,6 +13,7 @@ from pit.analysis.diagnostics import diagnose, summary
 from pit.commands.common import add_spec_argument, merge_spec, read_spec
 from pit.errors import PitError
 from pit.io import write_json
+from pit.training.runtime import resolve_device
 
 DEFAULTS = {"positions": 512, "seq_len": 128, "bigram_tokens": 1_000_000, "seed": 0, "device": "cpu"}
 
@@ -21,6 +22,9 @@ def run(args: argparse.Namespace) -> int:
     merge_spec(args, read_spec(args.spec), DEFAULTS)
     if args.positions < 1 or args.bigram_tokens < 2:
         raise PitError(f"--positions {args.positions} and --bigram-tokens {args.bigram_tokens}: expected >= 1 and >= 2")
+    if args.seq_len < 2 or args.seed < 0:
+        raise PitError(f"--seq-len {args.seq_len} and --seed {args.seed}: expected >= 2 and >= 0")
+    resolve_device(args.device)  # a device this machine has, before the checkpoint loads
     result = diagnose(
         args.checkpoint, args.val_data, args.positions, args.bigram_tokens, args.seed, args.seq_len, args.device
     )

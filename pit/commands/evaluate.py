@@ -12,13 +12,16 @@ spec, the spec over the default. The work is done by pit.evaluation.evaluate; se
 from __future__ import annotations
 
 import json
+import math
 import sys
+from pathlib import Path
 
 from pit.commands.common import add_spec_argument, merge_spec, read_spec
 from pit.errors import PitError
 from pit.evaluation import evaluate as ev
 from pit.evaluation.evaluate import TASKS
-from pit.evaluation.sandbox import Limits
+from pit.evaluation.sandbox import MAX_MEMORY_MB, MAX_TIMEOUT_S, MIN_MEMORY_MB, Limits
+from pit.training.runtime import resolve_device
 
 # spec key (flag --key-with-dashes) -> (type, default, help)
 SETTINGS = {
@@ -30,8 +33,8 @@ SETTINGS = {
     "top_k": (int, None, "with temperature > 0: sample from the K most likely tokens"),
     "top_p": (float, None, "with temperature > 0: nucleus sampling with mass P"),
     "device": (str, "cpu", "device of the model, e.g. cuda (default cpu)"),
-    "timeout": (float, 10.0, "wall-clock seconds per sandboxed sample (default 10)"),
-    "memory_mb": (int, 1024, "address-space limit per sandboxed sample (default 1024)"),
+    "timeout": (float, 10.0, "wall-clock seconds per sandboxed sample, > 0 (default 10)"),
+    "memory_mb": (int, 1024, f"address-space limit per sandboxed sample, MiB, at least {MIN_MEMORY_MB} (default 1024)"),
     "workers": (int, 2, "samples run in parallel, 1 to 16 (default 2)"),
     "run_name": (str, None, "also log the scores as an MLflow run of this name"),
     "experiment": (str, "pit", "MLflow experiment (with --run-name; default pit)"),
@@ -71,14 +74,44 @@ def check_args(args) -> None:
             )
         if args.label and len(args.label) != len(args.model):
             raise PitError(f"{len(args.label)} --label for {len(args.model)} --model; expected one per model")
+        for flag, folder in [("--model", m) for m in args.model] + [("--tokenizer", args.tokenizer)]:
+            if folder is not None and not Path(folder).is_dir():
+                raise PitError(f"{flag} {folder!r}: no such folder; expected a checkpoint folder (save_pretrained)")
     if not 1 <= args.workers <= 16:
         raise PitError(f"--workers {args.workers}: expected 1 to 16")
+    check_bounds(args)
+
+
+# setting -> (lowest, lowest allowed?, highest or None): the ranges of the numeric settings (schema: posttrain.evaluate)
+BOUNDS = {
+    "limit": (1, True, None),
+    "max_new_tokens": (1, True, None),
+    "batch_size": (1, True, None),
+    "temperature": (0, True, None),
+    "top_k": (1, True, None),
+    "top_p": (0, False, 1),
+    "timeout": (0, False, MAX_TIMEOUT_S),  # the highs keep the sandbox's rlimits in range
+    "memory_mb": (MIN_MEMORY_MB, True, MAX_MEMORY_MB),
+}
+
+
+def check_bounds(args) -> None:
+    """Every numeric setting finite and in its range (a negative --memory-mb must not switch the limit off)."""
+    for key, (low, inclusive, high) in BOUNDS.items():
+        value = getattr(args, key)
+        if value is None:
+            continue
+        ok = math.isfinite(value) and (value >= low if inclusive else value > low) and (high is None or value <= high)
+        if not ok:
+            want = f"{'>=' if inclusive else '>'} {low}" + (f" and <= {high}" if high is not None else "")
+            raise PitError(f"--{key.replace('_', '-')} {value}: expected a finite number {want}")
 
 
 def run(args) -> int:
     merge_spec(args, read_spec(args.spec), {key: default for key, (_, default, _) in SETTINGS.items()})
     check_types(args)
     check_args(args)
+    resolve_device(args.device)  # a device this machine has, before any model loads
     tasks = ev.load_tasks(args.tasks, args.source, args.limit)  # data errors before the model loads
     limits = Limits(timeout=args.timeout, memory_mb=args.memory_mb)
     progress = not args.json and sys.stderr.isatty()

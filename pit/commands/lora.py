@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import logging
 
-from pit.commands.common import add_run_arguments, run_training
+from pit.commands.common import add_run_arguments
+from pit.commands.train import run_training
 from pit.io import atomic_path
 from pit.training import lora
 from pit.training.args import LoraArgs

@@ -8,9 +8,8 @@
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
+from pit.commands.common import read_config
 from pit.errors import PitError
 from pit.tracking.summary import log_summary
 from pit.tracking.sync import sync_run
@@ -24,15 +23,13 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> dict:
-    try:
-        config = json.loads(Path(args.config_file).read_text() if args.config_file else args.config)
-    except json.JSONDecodeError as err:
+    if args.config_file:
+        return read_config(args.config_file, "--config-file")
+    if not args.config.lstrip().startswith("{"):
         raise PitError(
-            f"--config/--config-file is not JSON ({err}); expected the pipeline config as an object"
-        ) from None
-    if not isinstance(config, dict):
-        raise PitError(f"--config must be a JSON object (the pipeline config), got {type(config).__name__}")
-    return config
+            f"--config {args.config[:80]!r}: expected the pipeline config as a JSON object (or --config-file)"
+        )
+    return read_config(args.config, "--config")
 
 
 def cmd_summary(args: argparse.Namespace) -> int:

@@ -7,21 +7,15 @@ beside the paper's) and links every figure, with the notes needed to read them.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-import yaml
-
+from pit.commands.common import read_config
 from pit.io import write_text
 from pit.reporting.report import build_report
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    config = (
-        yaml.safe_load(Path(args.config).read_text())
-        if args.config.endswith((".yaml", ".yml"))
-        else json.loads(args.config)
-    )
+    config = read_config(args.config, "--config")
     out = Path(args.out)
     write_text(out, build_report(config, Path(args.tables), Path(args.figures), out))
     print(f"report: {out}")
@@ -31,7 +25,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser("report", help="write results/REPORT.md from the tables and figures", description=__doc__)
     p.add_argument(
-        "--config", required=True, help="the resolved config, as JSON (the pipeline passes it) or a YAML file"
+        "--config",
+        required=True,
+        help="the resolved config, as a JSON object (the pipeline passes it) or a YAML/JSON file",
     )
     p.add_argument("--tables", default="results/tables")
     p.add_argument("--figures", default="results/figures")

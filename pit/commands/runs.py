@@ -8,6 +8,10 @@ Reads the store with `mlflow.MlflowClient` (a SQLite file or a tracking server);
 column is the metric's last logged value. Columns: experiment, run (the run name, e.g.
 `teacher-256m-pit`), status, start (UTC), the key metrics below when any listed run has them,
 and every `pass@k`-style metric (names containing `pass`), e.g. from evaluation runs.
+
+Listing only reads: a local store (SQLite file, mlruns folder) that does not exist is an error,
+never created; a server that refuses the connection, or does not accept it within 5 s, is an
+error at once, and requests to a server are not retried.
 """
 
 from __future__ import annotations

@@ -7,10 +7,28 @@ torchrun --nproc_per_node=8 -m pit train --spec spec.json --out runs/demo   # DD
 from __future__ import annotations
 
 import argparse
+import logging
 
-from pit.commands.common import add_run_arguments, run_training
+from pit.commands.common import add_run_arguments, run_spec
 from pit.training import pretrain
 from pit.training.args import PretrainArgs
+
+
+def run_training(args: argparse.Namespace, args_class, train, summary_line) -> int:
+    """`pit train` / `pit lora train`: the memory policy, the checked settings, the run, its summary line (or one
+    line saying that --out already holds this run, finished)."""
+    from pit.training.allocator import retain_freed_memory
+
+    retain_freed_memory()  # pit/training/allocator.py: no page faults from per-step tensors; PIT_MALLOC=system opts out
+    settings = args_class.from_dict(run_spec(args))
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    summary = train(settings, args.out, overwrite=args.overwrite)
+    done = getattr(summary, "message", None)  # a FinishedRun (pit/training/run_folder.py): --out holds this run
+    if done:
+        print(done)
+    elif summary:
+        print(summary_line(summary))
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:

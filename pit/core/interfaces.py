@@ -11,6 +11,9 @@ Three interfaces share one contract (`TokenInterface`):
 * `TransposeTying` (TT): one table W (V x d); E = W, W_out = W^T.
 * `UntiedHead`: independent E (V x d) and head (V x d, stored like `nn.Linear`); W_out = head^T.
 
+Teacher mode (`init_from_teacher_`): Z = U of the teacher's E0 = U H (thin polar) and T from `t_init`
+(`teacher_factor`: identity, inverse_h, head, power). Scratch mode: Z a seeded Stiefel matrix, T = t_scale I.
+
 Every interface offers `embed(ids)`, `logits(h)`, `input_embedding()` (E, V x d) and
 `output_projection()` (W_out, d x V), and `after_optimizer_step()` (PIT's polar retraction of a
 trainable Z; a no-op elsewhere).
@@ -26,31 +29,60 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from pit.core.linalg import at_least_fp32, gram, inverse_sqrt_minus_identity, polar, random_stiefel, single_thread
+from pit.core.linalg import (
+    at_least_fp32,
+    gram,
+    inverse_sqrt_minus_identity,
+    polar,
+    random_stiefel,
+    single_thread,
+    spd_geometric_mean,
+    spd_power,
+)
 from pit.core.metrics import delta_ti
 from pit.errors import PitError
 
 INTERFACE_KINDS = ("pit", "tt", "untied")
-T_INITS = ("identity", "inverse_h")
+T_INITS = ("identity", "inverse_h", "head", "power")  # PIT teacher mode (docs/models.md, `teacher_factor`)
 RETRACTION_CHUNK = 2048  # rows of Z per in-place retraction update (see `PITTying.retract_`)
+
+
+def _real(name: str, value, lo: float, hi: float, lo_open: bool) -> float:
+    """`value` as a float in [lo, hi] ((lo, hi] when `lo_open`), or a PitError naming it."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (lo < value if lo_open else lo <= value) and value <= hi
+    if not ok:
+        interval = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+        raise PitError(f"{name} {value!r} is invalid; expected a number in {interval}")
+    return float(value)
 
 
 @dataclass
 class InterfaceConfig:
-    """How the token interface is built; stored in every model config (`config.interface`)."""
+    """How the token interface is built; stored in every model config (`config.interface`).
+
+    The fields after `init_std` are newer than the first checkpoints: a config without them reads as their
+    defaults (the paper), and `to_dict` leaves them out while they hold their defaults, so a default model's
+    config.json is the same as before they existed."""
 
     kind: Literal["pit", "tt", "untied"] = "pit"
     trainable_z: bool = False  # PIT: Z frozen after init (the paper's default) or trained + retracted
-    t_init: Literal["identity", "inverse_h"] = "identity"  # PIT teacher mode: T = I or T = H^{-1}
+    t_init: Literal["identity", "inverse_h", "head", "power"] = "identity"  # PIT teacher mode (`teacher_factor`)
     diag_clamp: tuple[float, float] | None = None  # PIT: optional (min, max) for diag(L)
     retraction_eps: float = 0.0  # PIT: ridge in Z <- Z (Z^T Z + eps I)^{-1/2}
     init_std: float = 0.02  # TT / untied scratch init: N(0, init_std^2)
+    t_power: float = 1.0  # PIT teacher mode, t_init "power": the exponent a of T = c H^a, -1 <= a <= 1
+    t_scale: float = 1.0  # PIT scratch init: T = t_scale I (L = sqrt(t_scale) I); 1 = the paper
+
+    OMITTED_AT_DEFAULT = ("t_power", "t_scale")  # left out of to_dict while at their defaults
 
     def __post_init__(self):
         if self.kind not in INTERFACE_KINDS:
             raise PitError(f"interface kind {self.kind!r} is unknown; expected one of {INTERFACE_KINDS}")
         if self.t_init not in T_INITS:
             raise PitError(f"t_init {self.t_init!r} is unknown; expected one of {T_INITS}")
+        self.t_power = _real("t_power", self.t_power, -1.0, 1.0, lo_open=False)
+        self.t_scale = _real("t_scale", self.t_scale, 0.0, math.inf, lo_open=True)
         if self.diag_clamp is not None:
             lo, hi = self.diag_clamp
             if not 0 < lo < hi:
@@ -62,6 +94,9 @@ class InterfaceConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["diag_clamp"] = list(self.diag_clamp) if self.diag_clamp is not None else None
+        for name in self.OMITTED_AT_DEFAULT:
+            if d[name] == self.__dataclass_fields__[name].default:
+                del d[name]
         return d
 
     @classmethod
@@ -151,6 +186,7 @@ class PITTying(TokenInterface):
         trainable_z: bool = False,
         diag_clamp: tuple[float, float] | None = None,
         retraction_eps: float = 0.0,
+        t_scale: float = 1.0,
     ):
         if vocab_size < dim:
             raise PitError(f"vocabulary size {vocab_size} < model dimension {dim}; PIT needs V >= d")
@@ -161,6 +197,7 @@ class PITTying(TokenInterface):
         self.log_diag = nn.Parameter(torch.zeros(dim))
         self.diag_clamp = diag_clamp
         self.retraction_eps = retraction_eps
+        self.t_scale = t_scale  # scratch init T = t_scale I (`reset_parameters`)
         self._inference_factors = None  # ((diag_clamp, L_offdiag, log_diag) as used, L, T): see `_factors`
 
     # ---- values -------------------------------------------------------------------------------
@@ -189,8 +226,13 @@ class PITTying(TokenInterface):
         return self
 
     def reset_parameters(self, seed: int = 0) -> None:
-        """Scratch init (Algorithm 1, lines 6-7 and 16): Z = Q of a seeded Gaussian, L = I (T = I)."""
+        """Scratch init (Algorithm 1, lines 6-7 and 16): Z = Q of a seeded Gaussian, L = I (T = I). With
+        `t_scale` c != 1 (beyond the paper): T = c I, i.e. L = sqrt(c) I (log_diag = log(c) / 2), so
+        E = Z / c and W_out = c Z^T (docs/models.md, "Scratch init and t_scale")."""
         self.set_(random_stiefel(self.vocab_size, self.dim, seed))
+        if self.t_scale != 1.0:
+            with torch.no_grad():
+                self.log_diag.fill_(math.log(self.t_scale) / 2)
 
     @classmethod
     def from_tensors(cls, Z: torch.Tensor, L: torch.Tensor | None = None, **kwargs) -> PITTying:
@@ -199,12 +241,13 @@ class PITTying(TokenInterface):
         return cls(*Z.shape, **kwargs).set_(Z, L)
 
     @classmethod
-    def from_teacher(cls, E0: torch.Tensor, t_init: str = "identity", **kwargs) -> PITTying:
-        """Teacher mode: E0 = U H (thin polar), Z = U; T = I or T = H^{-1} (then E = E0, W_out = pinv(E0))."""
+    def from_teacher(cls, E0: torch.Tensor, t_init: str = "identity", t_power: float = 1.0, **kwargs) -> PITTying:
+        """Teacher mode: E0 = U H (thin polar), Z = U, T from `t_init` (`teacher_factor`). The head-side
+        scalar of `power` is not applied here (it belongs to the model's final norm: `init_from_teacher_`)."""
         if E0.ndim != 2:
             raise PitError(f"teacher embedding has shape {tuple(E0.shape)}; expected (V, d)")
         m = cls(*E0.shape, **kwargs)
-        init_from_teacher_(m, E0, t_init)
+        init_from_teacher_(m, E0, t_init, t_power)
         return m
 
     # ---- the transform ------------------------------------------------------------------------
@@ -397,16 +440,54 @@ def make_interface(cfg: InterfaceConfig, vocab_size: int, dim: int) -> TokenInte
     """Allocate (do not initialise) the interface described by `cfg`; safe on the meta device."""
     if cfg.kind == "pit":
         return PITTying(
-            vocab_size, dim, trainable_z=cfg.trainable_z, diag_clamp=cfg.diag_clamp, retraction_eps=cfg.retraction_eps
+            vocab_size,
+            dim,
+            trainable_z=cfg.trainable_z,
+            diag_clamp=cfg.diag_clamp,
+            retraction_eps=cfg.retraction_eps,
+            t_scale=cfg.t_scale,
         )
     cls = TransposeTying if cfg.kind == "tt" else UntiedHead
     return cls(vocab_size, dim, init_std=cfg.init_std)
 
 
+def teacher_factor(H: torch.Tensor, t_init: str, t_power: float = 1.0) -> tuple[torch.Tensor | None, float]:
+    """(L, beta) for a teacher with thin polar E0 = U H (float64 H): L = chol(T) (None: T = I) and the scalar
+    beta the caller folds into the head side (the final LayerNorm's gain and bias; 1 = nothing to fold).
+    With Z = U, PIT's E = U T^-1 and W_out = T U^T, while the teacher has E0 = U H and E0^T = H U^T:
+
+    * identity   T = I                    E = U = E0 H^-1,        W_out = U^T = H^-1 E0^T    (the paper)
+    * inverse_h  T = H^-1                 E = E0 exactly,         W_out = H^-2 E0^T = pinv(E0) (Alg. 1, l. 14)
+    * head       T = H                    E = U H^-1 = E0 H^-2,   W_out = E0^T exactly
+    * power      T = sigma^-(1+a) H^a,    beta = sigma^2, with sigma = det(H)^(1/d) (the geometric mean of the
+                 singular values of E0) and Hn = H / sigma (det Hn = 1), a = `t_power` in [-1, 1]:
+                 E = sigma U Hn^-a = E0 Hn^-(1+a),  beta W_out = sigma Hn^a U^T = Hn^-(1-a) E0^T.
+                 Both scalar parts match the teacher (E's singular values have E0's geometric mean; the folded
+                 head has E0^T's); only the shape Hn is split, a = 1 making the head exact, a = -1 the input,
+                 a = 0 sharing it evenly. A teacher with H = s I (isotropic) is kept exactly for every a.
+    """
+    if t_init not in T_INITS:
+        raise PitError(f"t_init {t_init!r} is unknown; expected one of {T_INITS}")
+    if t_init == "identity":
+        return None, 1.0
+    with single_thread():
+        if t_init == "inverse_h":
+            return torch.linalg.cholesky(torch.linalg.inv(H)), 1.0
+        if t_init == "head":
+            return torch.linalg.cholesky(H), 1.0
+        sigma = spd_geometric_mean(H)
+        T = spd_power(H, t_power) * sigma ** -(1 + t_power)
+        return torch.linalg.cholesky((T + T.T) / 2), sigma**2
+
+
 @torch.no_grad()
-def init_from_teacher_(interface: TokenInterface, E0: torch.Tensor, t_init: str = "identity") -> None:
-    """Teacher mode: PIT takes the polar factor of E0 (`t_init`), TT uses E0 as is, and the untied
-    head starts both E and the head from E0."""
+def init_from_teacher_(
+    interface: TokenInterface, E0: torch.Tensor, t_init: str = "identity", t_power: float = 1.0
+) -> float:
+    """Teacher mode: PIT takes the polar factor of E0 and T from `t_init` (`teacher_factor`), TT uses E0 as is,
+    and the untied head starts both E and the head from E0. Returns the scalar beta that the model must fold
+    into its final norm's gain and bias for the head to be the one `teacher_factor` describes (1.0 unless
+    t_init is `power`)."""
     if tuple(E0.shape) != (interface.vocab_size, interface.dim):
         raise PitError(
             f"teacher embedding has shape {tuple(E0.shape)}; expected ({interface.vocab_size}, {interface.dim})"
@@ -414,14 +495,18 @@ def init_from_teacher_(interface: TokenInterface, E0: torch.Tensor, t_init: str 
     if isinstance(interface, PITTying):
         if t_init not in T_INITS:
             raise PitError(f"t_init {t_init!r} is unknown; expected one of {T_INITS}")
+        if interface.t_scale != 1.0:
+            raise PitError(
+                f"t_scale {interface.t_scale!r} applies to scratch init only; expected 1 in teacher mode, "
+                "where T comes from t_init"
+            )
         U, H = polar(E0, method="gram", check_rank=True)
-        L = None
-        if t_init == "inverse_h":
-            with single_thread():
-                L = torch.linalg.cholesky(torch.linalg.inv(H))
+        L, beta = teacher_factor(H, t_init, t_power)
         interface.set_(U.float(), L)
-    elif isinstance(interface, TransposeTying):
+        return beta
+    if isinstance(interface, TransposeTying):
         interface.weight.copy_(E0)
     else:
         interface.embedding.copy_(E0)
         interface.head.copy_(E0)
+    return 1.0

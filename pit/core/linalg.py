@@ -1,6 +1,7 @@
 """The linear algebra PIT needs, each piece once: Gram matrices, thin SVD, polar decomposition (Eq. 7),
-pseudo-inverse of a wide matrix, the inverse square root behind the polar retraction (Eq. 18) and the
-Stiefel initialisation (Algorithm 1). Tall V x d matrices are only multiplied; factorizations are d x d.
+pseudo-inverse of a wide matrix, the inverse square root behind the polar retraction (Eq. 18), powers of an
+SPD matrix (teacher inits T = c H^a) and the Stiefel initialisation (Algorithm 1). Tall V x d matrices are
+only multiplied; factorizations are d x d.
 """
 
 from __future__ import annotations
@@ -117,6 +118,24 @@ def inverse_sqrt_minus_identity(G: torch.Tensor, tol: float = 1e-10, max_terms: 
     with single_thread():
         evals, evecs = torch.linalg.eigh(G)
     return (evecs * evals.rsqrt()) @ evecs.T - eye
+
+
+def spd_power(A: torch.Tensor, p: float) -> torch.Tensor:
+    """A^p of a symmetric positive definite A (d x d), in float64: from A = Q diag(w) Q^T (eigh, one thread),
+    A^p = Q diag(w^p) Q^T. p = -1 is the inverse, p = 1/2 the SPD square root."""
+    A = A.detach().double()
+    with single_thread():
+        w, Q = torch.linalg.eigh(A)
+    if not bool((w > 0).all()):
+        raise PitError(f"matrix is not positive definite (smallest eigenvalue {w.min().item():.3g}); expected SPD")
+    return (Q * w.pow(p)) @ Q.T
+
+
+def spd_geometric_mean(A: torch.Tensor) -> float:
+    """det(A)^(1/d) of an SPD A (the geometric mean of its eigenvalues), from the Cholesky factor in float64."""
+    with single_thread():
+        L = torch.linalg.cholesky(A.detach().double())
+    return torch.diagonal(L).log().mean().mul(2).exp().item()
 
 
 def random_stiefel(vocab_size: int, dim: int, seed: int) -> torch.Tensor:

@@ -38,20 +38,31 @@ SPLITS = ("train", "val")
 
 def check_spec(spec: dict[str, Any]) -> None:
     """Raise PitError unless `spec` is a complete corpus spec (the `corpus` config section)."""
+    if not isinstance(spec, dict):
+        raise PitError(f"corpus spec: expected a JSON object, got {type(spec).__name__}")
     source = spec.get("source")
-    if source not in SOURCE_KEYS:
+    if not isinstance(source, str) or source not in SOURCE_KEYS:
         raise PitError(f"corpus source {source!r}: expected one of {sorted(SOURCE_KEYS)}")
     expected = COMMON_KEYS | SOURCE_KEYS[source]
     if missing := sorted(expected - spec.keys()):
         raise PitError(f"corpus spec misses key(s) {missing} for source {source!r}")
     if unknown := sorted(spec.keys() - expected - set().union(*SOURCE_KEYS.values())):
         raise PitError(f"corpus spec has unknown key(s) {unknown}")
+    for key in ("name", "glob", "hub_id", "hub_split", "text_field"):
+        if key in spec and (not isinstance(spec[key], str) or not spec[key]):
+            raise PitError(f"corpus {key} {spec[key]!r}: expected a non-empty string")
+    if "exclude" in spec and not (
+        isinstance(spec["exclude"], list) and all(isinstance(e, str) for e in spec["exclude"])
+    ):
+        raise PitError(f"corpus exclude {spec['exclude']!r}: expected a list of fnmatch patterns (may be empty)")
+    if not isinstance(spec["seed"], int) or isinstance(spec["seed"], bool) or spec["seed"] < 0:
+        raise PitError(f"corpus seed {spec['seed']!r}: expected an integer >= 0")
     for key in ("max_documents", "max_bytes"):
-        if spec[key] is not None and (not isinstance(spec[key], int) or spec[key] < 1):
+        if spec[key] is not None and (not isinstance(spec[key], int) or isinstance(spec[key], bool) or spec[key] < 1):
             raise PitError(f"corpus {key} {spec[key]!r}: expected a positive integer or null")
     if not isinstance(spec["shard_documents"], int) or spec["shard_documents"] < 1:
         raise PitError(f"corpus shard_documents {spec['shard_documents']!r}: expected a positive integer")
-    if not 0 < spec["val_fraction"] < 1:
+    if not isinstance(spec["val_fraction"], (int, float)) or not 0 < spec["val_fraction"] < 1:
         raise PitError(f"corpus val_fraction {spec['val_fraction']!r}: expected a number in (0, 1)")
 
 
@@ -70,26 +81,33 @@ def local_files(pattern: str, exclude: list[str]) -> tuple[Path, list[str]]:
     """Expand `pattern` (`@stdlib` = the stdlib folder) into (root, sorted relative file paths)."""
     expanded = pattern.replace(STDLIB, sysconfig.get_paths()["stdlib"], 1)
     root = glob_root(expanded)
+    files = (Path(path).relative_to(root).as_posix() for path in glob.glob(expanded, recursive=True))
     paths = sorted(
-        rel
-        for path in glob.glob(expanded, recursive=True)
-        if os.path.isfile(path)
-        and not any(fnmatch.fnmatch(rel := Path(path).relative_to(root).as_posix(), ex) for ex in exclude)
+        rel for rel in files if (root / rel).is_file() and not any(fnmatch.fnmatch(rel, ex) for ex in exclude)
     )
     if not paths:
         raise PitError(f"corpus glob {pattern!r} (expanded to {expanded!r}) matches no files")
     return root, paths
 
 
+def as_text(data: bytes) -> tuple[str | None, str | None]:
+    """(text, None) for a text file's bytes; (None, why not) for a file that is not UTF-8 text, or holds NUL
+    bytes (binary: UTF-8 decodes NUL, but no text file has one)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "not UTF-8"
+    return (None, "NUL bytes") if "\x00" in text else (text, None)
+
+
 def _local_documents(root: str, paths: list[str]) -> Iterator[dict[str, str]]:
-    """Yield the UTF-8 files among `paths` as documents; other files are skipped (not text)."""
+    """Yield the text files among `paths` as documents; the others are skipped (`as_text`), and counted in the
+    manifest (`skipped_files`)."""
     for rel in paths:
         data = (Path(root) / rel).read_bytes()
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            continue
-        yield {"text": text, "path": rel, "sha256": hashlib.sha256(data).hexdigest()}
+        text, _ = as_text(data)
+        if text is not None:
+            yield {"text": text, "path": rel, "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def open_stream(spec: dict[str, Any]):
@@ -249,8 +267,29 @@ def _manifest(spec: dict[str, Any], folder: Path, progress: dict[str, Any]) -> d
                 table = pq.read_table(folder / shard["file"], columns=["doc_index", "path", "sha256"])
                 files += [row | {"split": split} for row in table.to_pylist()]
         manifest["files"] = sorted(files, key=lambda row: row["doc_index"])
+        if skipped := skipped_files(spec, manifest["files"], progress):  # (absent when none: manifests unchanged)
+            manifest["skipped_files"] = skipped
     manifest["manifest_sha256"] = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
     return manifest
+
+
+def skipped_files(spec: dict[str, Any], files: list[dict[str, Any]], progress: dict[str, Any]) -> list[dict[str, str]]:
+    """The files the download read and skipped as not text ({path, reason}): those of the sorted file list up
+    to the last file taken (all of them when the corpus did not reach its budget) that are not documents."""
+    root, paths = local_files(spec["glob"], spec["exclude"])
+    taken = {row["path"] for row in files}
+    max_docs, max_bytes = spec["max_documents"], spec["max_bytes"]
+    full = (max_docs is not None and progress["documents"] >= max_docs) or (
+        max_bytes is not None and progress["bytes"] >= max_bytes
+    )
+    if full and taken:
+        paths = paths[: max(i for i, rel in enumerate(paths) if rel in taken) + 1]
+    skipped = []
+    for rel in paths:
+        if rel not in taken:
+            _, reason = as_text((root / rel).read_bytes())
+            skipped.append({"path": rel, "reason": reason or "changed since the download"})
+    return skipped
 
 
 # ---------------------------------------------------------------------------------------------

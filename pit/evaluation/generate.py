@@ -23,14 +23,16 @@ def load(checkpoint: str | Path, tokenizer: str | Path | None = None, device: st
     from transformers import AutoTokenizer
 
     from pit.errors import PitError
-    from pit.models.checkpoint import load_model
+    from pit.models.checkpoint import check_tokenizer, load_model
 
     folder = Path(tokenizer or checkpoint)
     try:
         tok = AutoTokenizer.from_pretrained(folder)
     except (OSError, ValueError) as err:
         raise PitError(f"no tokenizer in {str(folder)!r} (pass --tokenizer FOLDER): {err}") from None
-    return load_model(checkpoint, device=device), tok
+    model = load_model(checkpoint, device=device)
+    check_tokenizer(model, tok, folder, checkpoint=checkpoint)
+    return model, tok
 
 
 def generate(

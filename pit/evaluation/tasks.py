@@ -27,7 +27,7 @@ from typing import Any
 
 from pit.errors import PitError
 from pit.evaluation import answers, standins
-from pit.evaluation.sandbox import Limits, run_many
+from pit.evaluation.sandbox import Limits, Program, run_many
 from pit.io import read_jsonl
 
 CODEX_STOPS = ["\nclass", "\ndef", "\n#", "\nif", "\nprint"]  # HumanEval (Chen et al., 2021)
@@ -117,13 +117,13 @@ class Task:
     def prompt(self, task_id: str) -> str:
         return self.spec.prompt(self.records[task_id])
 
-    def program(self, task_id: str, completion: str) -> str:
-        """The test program of a code task: passes iff it exits with status 0."""
+    def program(self, task_id: str, completion: str) -> Program:
+        """The test program of a code task: passes iff the tests run to their end (pit.evaluation.sandbox)."""
         r = self.records[task_id]
-        if "entry_point" in r:  # HumanEval: the completion continues the prompt
-            return f"{r['prompt']}{completion}\n\n{r['test']}\n\ncheck({r['entry_point']})\n"
+        if "entry_point" in r:  # HumanEval: the completion continues the prompt; the tests' check(entry point)
+            return Program(f"{r['prompt']}{completion}\n", f"{r['test']}\n", r["entry_point"])
         tests = "\n".join(r["test_list"])
-        return f"{r.get('test_setup_code') or ''}\n{completion}\n\n{tests}\n"
+        return Program(f"{r.get('test_setup_code') or ''}\n{completion}\n", f"{tests}\n")
 
     def reference(self, task_id: str) -> float | None:
         """The numeric answer of a math task."""
@@ -200,7 +200,9 @@ def _read_records(path: Path) -> list[dict]:
 def score(
     task: Task, completions: dict[str, str], limits: Limits = Limits(), workers: int = 2, progress: bool = False
 ) -> dict[str, Any]:
-    """Score one completion per task id: {"task", "metric": value, "n", "standin", "results"}."""
+    """Score one completion per task id over the whole benchmark (`task.records`); a task without a completion
+    counts as failed (status "missing"). {"task", "metric": value, "n", "passed", "covered", "standin", "results"}:
+    `n` is the number of problems, `covered` how many had a completion."""
     unknown = sorted(set(completions) - set(task.records))
     if unknown:
         raise PitError(f"{len(unknown)} task id(s) are not in {task.name}, e.g. {', '.join(map(repr, unknown[:3]))}")
@@ -209,12 +211,16 @@ def score(
         metric, results = "pass@1", _run_tests(task, completions, limits, workers, progress)
     else:
         metric, results = "accuracy", {i: _exact_match(task, i, completions[i]) for i in ids}
-    passed = sum(r["passed"] for r in results.values())
+    for i in task.records:
+        if i not in results:
+            results[i] = {"passed": False, "status": "missing", "detail": "no completion for this task"}
+    passed, n = sum(r["passed"] for r in results.values()), len(task.records)
     return {
         "task": task.name,
-        metric: passed / len(ids) if ids else 0.0,
-        "n": len(ids),
+        metric: passed / n if n else 0.0,
+        "n": n,
         "passed": passed,
+        "covered": len(ids),
         "standin": task.standin,
         "results": results,
     }

@@ -2,6 +2,8 @@
 
 Parameters are counted with tied embeddings (the table's convention: the V x d table once).
 PIT adds L: d(d+1)/2 free entries (strictly-lower part + diagonal), reported in its own column.
+Each row shows the head width and the query and key/value widths the model was built with (XL: the paper's
+Eq. 17 reading, q width d and KV width d / 4 = 400; pit/models/configs.py).
 """
 
 from __future__ import annotations
@@ -23,13 +25,16 @@ def count_parameters(name: str, paper: dict | None = None) -> dict:
     total = sum(p.numel() for p in model.parameters())
     embed = model.interface.weight.numel()
     d = spec.d_model
+    attn = model.layers[0].attn
     row = {
         "model": name,
         "layers": spec.n_layers,
         "d_model": d,
         "n_heads": spec.n_heads,
         "n_kv_heads": spec.n_kv_heads,
-        "d_head": d // spec.n_heads,
+        "d_head": attn.head_dim,
+        "q_width": attn.q_proj.out_features,
+        "kv_width": attn.k_proj.out_features,
         "d_ff": spec.d_ff,
         "vocab_size": spec.vocab_size,
         "params": total,
@@ -44,6 +49,8 @@ def count_parameters(name: str, paper: dict | None = None) -> dict:
             "name": entry["name"],
             "params": entry["params"],
             "embed_pct": entry["embed_pct"],
+            "n_heads": entry.get("n_heads"),
+            "n_kv_heads": entry.get("n_kv_heads"),
             "source": "Table 3",
         }
     return row

@@ -12,12 +12,12 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 import pit.models  # noqa: F401  (registers the project's model types with the Auto classes)
 from pit.errors import PitError
 from pit.io import atomic_path
+from pit.models.weights import check_weights, tensor_shapes
 
 KNOWN_TYPES = ("pit_scratch", "pit_gpt2", "gpt2", "cohere")
 
@@ -40,20 +40,22 @@ def read_config(path: str | Path) -> dict:
     return cfg
 
 
-def tensor_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
-    """Names and shapes of the tensors in a checkpoint's safetensors files (reads headers only)."""
-    files = sorted(Path(path).glob("*.safetensors"))
-    if not files:
-        raise PitError(f"checkpoint {str(path)!r} has no .safetensors weights")
-    shapes = {}
-    for f in files:
-        try:
-            with safe_open(f, "pt") as st:
-                for k in st.keys():  # noqa: SIM118 (safe_open is not a dict)
-                    shapes[k] = tuple(st.get_slice(k).get_shape())
-        except Exception as err:  # safetensors raises its own error types for corrupt files
-            raise PitError(f"{str(f)!r} is not a readable safetensors file: {err}") from None
-    return shapes
+def _check_vocab_rows(path: str | Path, shapes: dict[str, tuple[int, ...]], V) -> None:
+    """The embedding / interface tensors have one row per token of config.json's vocabulary."""
+    rows = (
+        "interface.Z",
+        "interface.weight",
+        "interface.embedding",
+        "interface.head",
+        "wte.weight",
+        "embed_tokens.weight",
+    )
+    for name, shape in shapes.items():
+        if name.endswith(rows) and shape[0] != V:
+            raise PitError(
+                f"checkpoint {str(path)!r}: tensor {name} has {shape[0]} rows but config.json says "
+                f"vocab_size = {V}; the weights and the config do not belong together"
+            )
 
 
 def load_model(
@@ -61,31 +63,16 @@ def load_model(
 ) -> PreTrainedModel:
     """Load a project checkpoint (FP32), checking it first: a clear error names what does not match.
 
-    `vocab_size`: the vocabulary the caller expects (e.g. its tokenizer's); a mismatch is an error.
+    `vocab_size`: the vocabulary the caller expects (e.g. its tokenizer's); a mismatch is an error. Every weight
+    config.json implies must be in the checkpoint and no other (`check_weights`): nothing is initialised at random.
     """
     cfg = read_config(path)
     shapes = tensor_shapes(path)
     V = cfg.get("vocab_size")
     if vocab_size is not None and vocab_size != V:
         raise PitError(f"checkpoint {str(path)!r} has vocabulary size {V}; expected {vocab_size}")
-    for name, shape in shapes.items():
-        if (
-            name.endswith(
-                (
-                    "interface.Z",
-                    "interface.weight",
-                    "interface.embedding",
-                    "interface.head",
-                    "wte.weight",
-                    "embed_tokens.weight",
-                )
-            )
-            and shape[0] != V
-        ):
-            raise PitError(
-                f"checkpoint {str(path)!r}: tensor {name} has {shape[0]} rows but config.json says "
-                f"vocab_size = {V}; the weights and the config do not belong together"
-            )
+    _check_vocab_rows(path, shapes, V)
+    check_weights(path, shapes)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=False, dtype=torch.float32)
     except (OSError, RuntimeError, ValueError) as err:
@@ -93,6 +80,28 @@ def load_model(
             raise
         raise PitError(f"cannot load checkpoint {str(path)!r}: {err}") from None
     return model.to(device).eval()
+
+
+def check_tokenizer(model: PreTrainedModel, tokenizer, where: str | Path, checkpoint: str | Path | None = None) -> None:
+    """A tokenizer given for `model` must be the model's: no more tokens than its vocabulary (config.vocab_size;
+    fewer is allowed, as models whose vocabulary is padded to a round number have) and, when the checkpoint folder
+    holds its own tokenizer, the same token -> id map. `where` names the tokenizer in the message."""
+    V = model.config.vocab_size
+    n = len(tokenizer)
+    if n > V:
+        raise PitError(
+            f"tokenizer {str(where)!r} has {n} tokens but the model's vocabulary has {V}; expected the tokenizer the "
+            "model was trained with (its checkpoint folder holds it)"
+        )
+    own = Path(checkpoint) / "tokenizer.json" if checkpoint is not None else None
+    if own is not None and own.is_file() and Path(where).resolve() != Path(checkpoint).resolve():
+        from transformers import AutoTokenizer
+
+        if AutoTokenizer.from_pretrained(checkpoint).get_vocab() != tokenizer.get_vocab():
+            raise PitError(
+                f"tokenizer {str(where)!r} maps tokens to other ids than the tokenizer in {str(checkpoint)!r}; "
+                "expected the tokenizer the model was trained with"
+            )
 
 
 def save_pretrained_atomic(model: PreTrainedModel, path: str | Path, tokenizer=None) -> None:

@@ -1,7 +1,11 @@
 """Every named model size is one entry here (litgpt style); nothing model-specific lives elsewhere.
 
 Scratch family (paper Table 3, V = 32000): gated GQA (d_head 64, n_kv = n_h / 4), SwiGLU with
-the table's d_ff, parallel attention + MLP block. Teacher family: Cerebras-GPT (GPT-2
+the table's d_ff, parallel attention + MLP block. XL: the table's n_h = 24, n_kv = 6 cannot hold d = 1600 at an
+integer head width (1600 / 24 = 66.7; floor 66 gives 1164.9M = 1.16B); its 1.17B is the paper's Eq. 17 reading,
+queries and output d x d and key/value width d / 4 = 400 (1167.5M). That reading runs as 20 heads of 80
+(q width 1600) and 5 KV heads of 80 (KV width 400): 80 is the even width nearest 64 that divides both
+(docs/models.md). Teacher family: Cerebras-GPT (GPT-2
 architecture, tied embeddings, no-bias head, V = 50257), loaded through `transformers`.
 Tiny entries are stand-ins of the same architectures for CPU runs.
 """
@@ -47,7 +51,7 @@ MODELS: dict[str, ScratchSpec | TeacherSpec] = {
     "scratch-133m": ScratchSpec(16, 768, 12, 3, 2304),
     "scratch-303m": ScratchSpec(24, 1024, 16, 4, 2816),
     "scratch-613m": ScratchSpec(32, 1280, 20, 5, 3584),
-    "scratch-1.17b": ScratchSpec(40, 1600, 24, 6, 4480),
+    "scratch-1.17b": ScratchSpec(40, 1600, 20, 5, 4480),  # paper: n_h 24, n_kv 6 (see the module docstring)
     # ---- tiny scratch stand-ins (same block, CPU-sized) --------------------------------------
     "scratch-tiny": ScratchSpec(2, 64, 4, 1, 192, max_seq_len=256),
     "scratch-tiny-m": ScratchSpec(3, 128, 4, 1, 384, max_seq_len=256),

@@ -6,12 +6,14 @@ thin adapters that route to it, so the GPT-2 forward, `generate` and `peft` work
 
 Teacher mode (paper Section 4.1): `load_teacher` loads a GPT-2-architecture checkpoint with
 `AutoModelForCausalLM.from_pretrained` (hub id or local folder; never remote code) and
-`convert_teacher` rebuilds it with the requested interface initialised from its embedding E0.
+`convert_teacher` rebuilds it, on copies of its weights, with the requested interface initialised from its
+embedding E0 (`t_init`: pit.core.interfaces.teacher_factor; `power` also folds a scalar into the final LayerNorm).
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -20,6 +22,7 @@ from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 from pit.core.interfaces import InterfaceConfig, TokenInterface, init_from_teacher_, make_interface
 from pit.errors import PitError
 from pit.models.base import InterfaceEmbedding, InterfaceHead, InterfaceLMMixin
+from pit.models.weights import check_weights
 
 
 class PitGPT2Config(GPT2Config):
@@ -102,7 +105,10 @@ def gpt2_config(spec, vocab_size: int | None = None, **overrides) -> GPT2Config:
 
 
 def load_teacher(name_or_path: str, **kwargs) -> GPT2LMHeadModel:
-    """Load a GPT-2-architecture checkpoint (hub id or local folder) in FP32, without remote code."""
+    """Load a GPT-2-architecture checkpoint (hub id or local folder) in FP32, without remote code. A local folder's
+    weights must be exactly those its config.json implies (pit.models.weights.check_weights)."""
+    if any(Path(name_or_path).glob("*.safetensors")):
+        check_weights(name_or_path)
     try:
         model = AutoModelForCausalLM.from_pretrained(
             name_or_path, trust_remote_code=False, dtype=torch.float32, **kwargs
@@ -117,8 +123,18 @@ def load_teacher(name_or_path: str, **kwargs) -> GPT2LMHeadModel:
     return model.eval()
 
 
+@torch.no_grad()
+def fold_head_scale_(model: PitGPT2LMHeadModel, beta: float) -> None:
+    """Multiply the final LayerNorm's gain and bias by beta. The logits are linear in ln_f's output
+    (logits = ln_f(x) W_out), so this equals multiplying W_out by beta: exact up to FP32 rounding."""
+    model.transformer.ln_f.weight.mul_(beta)
+    model.transformer.ln_f.bias.mul_(beta)
+
+
 def convert_teacher(teacher: GPT2LMHeadModel, interface: InterfaceConfig) -> PitGPT2LMHeadModel:
-    """Teacher mode: the teacher's blocks as they are, the interface built from its embedding E0."""
+    """Teacher mode: copies of the teacher's blocks, the interface built from its embedding E0. The result
+    shares no tensor with `teacher` (changing one never changes the other). PIT's `power` init folds its
+    head-side scalar beta into the final LayerNorm (`fold_head_scale_`); the blocks stay as they are."""
     if isinstance(teacher, PitGPT2LMHeadModel):
         raise PitError("model already has a token interface; convert the original teacher checkpoint instead")
     cfg = teacher.config.to_dict()
@@ -127,11 +143,18 @@ def convert_teacher(teacher: GPT2LMHeadModel, interface: InterfaceConfig) -> Pit
     config = PitGPT2Config(**cfg, interface=interface.to_dict(), tie_word_embeddings=False)
     with torch.device("meta"):
         model = PitGPT2LMHeadModel(config)
-    state = {k: v for k, v in teacher.state_dict().items() if not k.startswith(("lm_head.", "transformer.wte."))}
+    state = {
+        k: v.detach().clone()
+        for k, v in teacher.state_dict().items()
+        if not k.startswith(("lm_head.", "transformer.wte."))
+    }
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     model.interface.to_empty(device="cpu")
-    init_from_teacher_(model.interface, teacher.get_input_embeddings().weight.detach().float(), interface.t_init)
+    E0 = teacher.get_input_embeddings().weight.detach().float()
+    beta = init_from_teacher_(model.interface, E0, interface.t_init, interface.t_power)
     missing = [k for k in missing if not k.startswith("interface.")]
     if missing or unexpected:
         raise PitError(f"teacher does not match the GPT-2 layout: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    if beta != 1.0:
+        fold_head_scale_(model, beta)
     return model.eval()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pit.errors import PitError
+
 NOTES = {
     "table2": [
         "`raw` compares the anchors of Eqs. 1-2 (B_in = E, B_out = pinv(W_out)); `polar` compares the "
@@ -70,6 +72,13 @@ def describe_profile(config: dict) -> list[str]:
 def build_report(config: dict, tables: Path, figures: Path, out: Path) -> str:
     """REPORT.md's text: what was run, every table of `tables` with its notes, every figure of `figures`
     linked relative to `out`."""
+    try:
+        profile = describe_profile(config)
+    except (KeyError, TypeError, AttributeError) as err:
+        raise PitError(
+            f"config has no {err} (or a value of another kind); expected the pipeline config (config/config.yaml, "
+            "with profile, context_length, corpus, pretrain, posttrain)"
+        ) from None
     parts = [
         "# PIT reproduction report",
         "",
@@ -77,7 +86,7 @@ def build_report(config: dict, tables: Path, figures: Path, out: Path) -> str:
         "",
         "## What was run",
         "",
-        *describe_profile(config),
+        *profile,
         "",
     ]
     if config["profile"] != "paper":

@@ -7,14 +7,13 @@ pit/reporting/paper_values.yaml (cited to table and row). Runs are found by thei
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pandas as pd
 
 from pit.errors import PitError
-from pit.io import write_text
+from pit.io import file_set_complete, read_json, write_file_set
 from pit.reporting.paper import paper_value, paper_values
 
 MODE_ORDER = {"teacher": 0, "scratch": 1}
@@ -55,7 +54,7 @@ def run_paths(root: str | Path, name: str) -> list[tuple[str, str, str, Path]]:
 
 def find_runs(root: str | Path, filename: str) -> list[tuple[str, str, str, dict]]:
     """(mode, slot, interface, json) for every <root>/<mode>/<slot>/<interface>/<filename>, in table order."""
-    return [(mode, slot, kind, json.loads(path.read_text())) for mode, slot, kind, path in run_paths(root, filename)]
+    return [(mode, slot, kind, read_json(path)) for mode, slot, kind, path in run_paths(root, filename)]
 
 
 def table1(runs_root: str | Path) -> pd.DataFrame:
@@ -138,9 +137,7 @@ def _lora_record(task_dir: Path) -> tuple[dict, list[dict]]:
     """One LoRA run <run>/<task>/: its scores and its base model's (in %), the in-domain gain, the side
     effects; and the raw `pit evaluate` results it read."""
     task = task_dir.name
-    evals, base = (
-        {f.stem: json.loads(f.read_text()) for f in (task_dir / sub).glob("*.json")} for sub in ("eval", "base")
-    )
+    evals, base = ({f.stem: read_json(f) for f in (task_dir / sub).glob("*.json")} for sub in ("eval", "base"))
     if task not in evals or task not in base:
         raise PitError(f"{task_dir}: expected eval/{task}.json and base/{task}.json (run the evaluate rule)")
     evals = {t: evals[t] for t in _by_task_order(evals)}
@@ -148,7 +145,7 @@ def _lora_record(task_dir: Path) -> tuple[dict, list[dict]]:
         "scores": {t: metric_percent(r) for t, r in evals.items()},
         "base": {t: metric_percent(r) for t, r in base.items()},
         "gain": metric_percent(evals[task]) - metric_percent(base[task]),
-        "side_effects": json.loads((task_dir / "side_effects.json").read_text()),
+        "side_effects": read_json(task_dir / "side_effects.json"),
     }
     return record, [*evals.values(), *base.values()]
 
@@ -217,8 +214,21 @@ TITLES = {
 }
 
 
+def table_manifest(out_stem: str | Path) -> Path:
+    """<stem>.sha256: the hashes of a table's .md/.csv/.tex, written after them (`sha256sum -c` checks it)."""
+    return Path(out_stem).with_suffix(".sha256")
+
+
+def table_set_complete(out_stem: str | Path) -> bool:
+    """Whether <stem>.md/.csv/.tex are one complete set written by one `write_table` (checked against
+    <stem>.sha256); False for a set that a killed `pit table` left half-replaced."""
+    return file_set_complete(table_manifest(out_stem))
+
+
 def write_table(df: pd.DataFrame, out_stem: str | Path, name: str, profile: str, notes: list[str] = ()) -> None:
-    """Write <stem>.md, <stem>.csv and <stem>.tex (atomically), each naming the profile."""
+    """Write <stem>.md, <stem>.csv and <stem>.tex as one set, each naming the profile: the three are written to
+    temporaries, renamed together, then <stem>.sha256 lists their hashes (pit.io.write_file_set). Temporaries
+    of an earlier, killed `pit table` are removed first."""
     out_stem = Path(out_stem)
     fmt = {
         c: (lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}")
@@ -230,9 +240,9 @@ def write_table(df: pd.DataFrame, out_stem: str | Path, name: str, profile: str,
         shown[c] = df[c].map(f)
     head = f"**{TITLES[name]}.** Profile: `{profile}`. Columns `paper_*` are the paper's values."
     md = "\n\n".join([head, shown.to_markdown(index=False), *notes]) + "\n"
-    write_text(out_stem.with_suffix(".md"), md)
-    write_text(out_stem.with_suffix(".csv"), f"# {TITLES[name]}. Profile: {profile}\n" + df.to_csv(index=False))
+    csv = f"# {TITLES[name]}. Profile: {profile}\n" + df.to_csv(index=False)
     latex = shown.to_latex(
         index=False, caption=f"{TITLES[name]}. Profile: {profile}.", label=f"tab:{name}", escape=True
     )
-    write_text(out_stem.with_suffix(".tex"), latex)
+    texts = {out_stem.with_suffix(".md"): md, out_stem.with_suffix(".csv"): csv, out_stem.with_suffix(".tex"): latex}
+    write_file_set(texts, table_manifest(out_stem))

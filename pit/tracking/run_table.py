@@ -12,7 +12,11 @@ import csv
 import io
 import json
 import math
+import os
+import socket
 from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import urlparse
 
 from pit.errors import PitError
 from pit.tracking.tracker import tracking_uri
@@ -52,11 +56,53 @@ def _all_runs(client, experiment_id: str):
             return runs
 
 
+def _local_store(uri: str) -> Path | None:
+    """The file (SQLite) or folder (file store) of a local MLflow store URI; None for a server or other backends."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "sqlite":
+        path = uri[len("sqlite:///") :] if uri.startswith("sqlite:///") else parsed.path
+        return None if path in ("", ":memory:") else Path(path)
+    if parsed.scheme == "file":
+        return Path(parsed.path)
+    return Path(uri) if parsed.scheme == "" or len(parsed.scheme) == 1 else None  # a plain path (or C:\...)
+
+
+def check_store(uri: str, timeout: float = 5.0) -> None:
+    """Before listing: a local store must exist and be one (listing never creates a store: MLflow would make an
+    empty mlflow.db or mlruns/ otherwise), and a server must accept a connection within `timeout` seconds (MLflow
+    would retry a refused port for minutes); then requests are not retried. A PitError naming the URI otherwise."""
+    local = _local_store(uri)
+    if local is not None:
+        sqlite = urlparse(uri).scheme == "sqlite"
+        if not (local.is_file() if sqlite else local.is_dir()):
+            raise PitError(
+                f"no MLflow store at {uri!r} ({str(local)!r} does not exist): nothing to list; pass --uri (or set "
+                "MLFLOW_TRACKING_URI) to an existing store"
+            )
+        if sqlite:
+            with open(local, "rb") as f:
+                if f.read(16) != b"SQLite format 3\x00":
+                    raise PitError(f"{str(local)!r} (from {uri!r}) is not an SQLite database; expected an MLflow store")
+        return
+    parsed = urlparse(uri)
+    if parsed.scheme in ("http", "https"):
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        try:
+            socket.create_connection((parsed.hostname, port), timeout=timeout).close()
+        except OSError as err:
+            reason = err.strerror or type(err).__name__
+            raise PitError(f"cannot reach the MLflow server {uri!r}: {reason} (waited at most {timeout:g} s)") from None
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+
+
 def list_runs(uri: str | None = None, experiments: list[str] | None = None) -> list[dict]:
-    """One dict per run: experiment, run, status, start, run_id and the key final metrics."""
+    """One dict per run: experiment, run, status, start, run_id and the key final metrics. Reads only: a store
+    that does not exist is an error, never created (`check_store`)."""
+    uri = tracking_uri(uri)
+    check_store(uri)
     import mlflow
 
-    uri = tracking_uri(uri)
     try:
         client = mlflow.MlflowClient(tracking_uri=uri)
         exps = _experiments(client, experiments)

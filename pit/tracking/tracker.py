@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,10 @@ class Tracker:
         tags: dict[str, str] | None = None,
         enabled: bool = True,
         run_id: str | None = None,
+        on_start: Callable[[str], None] | None = None,
     ):
+        """Continue MLflow run `run_id` when the store has it (same experiment and name), else create one; then
+        `on_start(run_id)` at once (the run folder records the id before anything else can happen)."""
         self.run_id = None
         self.active = enabled
         if not enabled:
@@ -97,28 +101,35 @@ class Tracker:
         # fail fast instead of retrying for minutes against a server that is down
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
-        self._call(self._start, self._uri, experiment, run_name, tags or {}, run_id)
+        self._call(self._start, self._uri, experiment, run_name, tags or {}, run_id, on_start or (lambda _: None))
 
-    def _start(self, uri, experiment, run_name, tags, run_id):
+    def _start(self, uri, experiment, run_name, tags, run_id, on_start):
         import mlflow
 
         self._client = mlflow.MlflowClient(tracking_uri=uri)
-        if run_id is not None:
-            try:
-                self.run_id = self._client.get_run(run_id).info.run_id
-                self._client.update_run(self.run_id, status="RUNNING")
-                return
-            except Exception:  # the run is gone from this store: start a new one
-                pass
         exp = self._client.get_experiment_by_name(experiment)
         exp_id = exp.experiment_id if exp is not None else self._client.create_experiment(experiment)
+        if run_id is not None and self._resumable(run_id, exp_id, run_name):
+            self.run_id = run_id
+            self._client.update_run(self.run_id, status="RUNNING")
+            on_start(self.run_id)
+            return
         self.run_id = self._client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
+        on_start(self.run_id)
         self._close_orphans(exp_id, run_name, tags)
 
+    def _resumable(self, run_id: str, exp_id: str, run_name: str) -> bool:
+        """Whether this store holds run `run_id` in experiment `exp_id` under `run_name` (else a new run starts)."""
+        try:
+            info = self._client.get_run(run_id).info
+        except Exception:  # noqa: BLE001 -- gone from this store (or another store): start a new run
+            return False
+        return info.experiment_id == exp_id and info.run_name == run_name and info.lifecycle_stage == "active"
+
     def _close_orphans(self, exp_id, run_name, tags):
-        """A job killed before its first checkpoint leaves its run RUNNING and restarts with a new one:
-        earlier RUNNING runs of the same name and tags are marked KILLED (tag `pit.superseded_by`), so
-        the store shows one live run per arm."""
+        """A job killed after creating its run but before its run folder recorded the id (run.json, written at
+        once by `on_start`) leaves that run RUNNING and restarts with a new one: earlier RUNNING runs of the same
+        name and tags are marked KILLED (tag `pit.superseded_by`), so the store shows one live run per arm."""
         if "'" in run_name:  # not expressible in a search filter; our run names never have one
             return
         stale = self._client.search_runs(
@@ -146,10 +157,13 @@ class Tracker:
             return None
 
     def log_params(self, params: dict) -> None:
+        """Log the flattened `params` the run does not hold yet (MLflow params cannot change: a continued run keeps
+        the values it was started with)."""
         from mlflow.entities import Param
 
         def go():
-            items = [Param(k, str(v)[:6000]) for k, v in flatten(params).items()]
+            logged = self._client.get_run(self.run_id).data.params
+            items = [Param(k, str(v)[:6000]) for k, v in flatten(params).items() if k not in logged]
             for i in range(0, len(items), 100):
                 self._client.log_batch(self.run_id, params=items[i : i + 100])
 

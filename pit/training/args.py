@@ -1,18 +1,123 @@
 """Run arguments as dataclasses, one docstring per field (litgpt's `args.py`). The keys of the workflow
 config's `pretrain.train` and `posttrain.lora` sections are these fields; `from_dict` rejects unknown and
-missing keys, and every value is checked when the object is made, before any work."""
+missing keys, and every value is checked when the object is made, before any work.
+
+Each field's type is its annotation and its bounds are its metadata (`arg(default, ge=..., gt=..., lt=...,
+choices=...)`): this is the one place they live. The workflow's config schema
+(workflow/schemas/config.schema.yaml) repeats them for the keys a profile may set, and
+tests/test_bad_inputs.py checks that every such key has the same type, bounds and choices here and there;
+the workflow also builds these objects from every resolved spec when it reads the config
+(workflow/rules/common.smk), so the checks across fields run there too."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
+import math
+import operator
+import typing
 from dataclasses import dataclass, field
 
 from pit.core.interfaces import InterfaceConfig
 from pit.errors import PitError, config_from_dict
 
 PRECISIONS = ("auto", "fp32", "bf16")
+DEVICES = ("auto", "cpu", "cuda")
+BOUNDS = ("ge", "gt", "le", "lt")  # metadata keys: >=, >, <=, <
+TYPE_WORDS = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bool: "true or false",
+    dict: "an object",
+    list: "an array",
+}
+
+
+class ArgsError(PitError):
+    """A bad run argument; `fields` names the fields the message is about (the workflow maps them to config lines)."""
+
+    def __init__(self, message: str, fields: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.fields = fields
+
+
+def arg(default=dataclasses.MISSING, *, factory=None, choices=None, **bounds):
+    """A dataclass field with its bounds (ge, gt, le, lt: numbers) and allowed values (choices) as metadata."""
+    unknown = set(bounds) - set(BOUNDS)
+    assert not unknown, unknown
+    meta = {k: v for k, v in bounds.items() if v is not None}
+    if choices is not None:
+        meta["choices"] = tuple(choices)
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def inherit(cls, name: str, default):
+    """The field `name` of `cls` with another default (same bounds): a subclass's own default."""
+    return arg(default, **cls.__dataclass_fields__[name].metadata)
+
+
+@functools.cache
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def field_type(cls, name: str) -> tuple[type, bool]:
+    """(type, optional) of a field from its annotation: `int`, `float | None`, ..."""
+    hint = _hints(cls)[name]
+    args = typing.get_args(hint)
+    if type(None) in args:
+        (inner,) = [a for a in args if a is not type(None)]
+        return inner, True
+    return hint, False
+
+
+def _type_ok(value, kind: type) -> bool:
+    """bool is not an int; an int is a float (kept as given, so the fingerprint of `alpha: 16` is unchanged)."""
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def bounds_text(meta: dict, kind: type) -> str:
+    """The bounds of a field in words: '> 0', '>= 0 and < 1', "one of 'log', 'skip', 'stop'"."""
+    if "choices" in meta:
+        return "one of " + ", ".join(repr(c) for c in meta["choices"])
+    signs = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+    if kind is int and meta.get("ge") == 1 and "gt" not in meta:
+        meta = {**meta, "gt": 0}
+        meta.pop("ge")
+    return " and ".join(f"{signs[k]} {meta[k]}" for k in BOUNDS if k in meta)
+
+
+def _in_bounds(value, meta: dict) -> bool:
+    tests = {"ge": operator.ge, "gt": operator.gt, "le": operator.le, "lt": operator.lt}
+    return all(tests[k](value, meta[k]) for k in BOUNDS if k in meta)
+
+
+def check_field(label: str, cls, f: dataclasses.Field, value) -> None:
+    """Type, finiteness, bounds and choices of one field's value; an ArgsError naming the field otherwise."""
+    kind, optional = field_type(cls, f.name)
+    shown = json.dumps(value, default=repr)
+    if value is None and optional:
+        return
+    if not _type_ok(value, kind):
+        got = "null" if value is None else TYPE_WORDS.get(type(value), type(value).__name__)
+        want = TYPE_WORDS[kind] + (" or null" if optional else "")
+        raise ArgsError(f"{label}: {f.name} {shown} is {got}; expected {want}", (f.name,))
+    if kind is float and not math.isfinite(value):
+        raise ArgsError(f"{label}: {f.name} {shown}; expected a finite number", (f.name,))
+    meta = dict(f.metadata)
+    if "choices" in meta and value not in meta["choices"] or not _in_bounds(value, meta):
+        raise ArgsError(f"{label}: {f.name} {shown}; expected {bounds_text(meta, kind)}", (f.name,))
 
 
 @dataclass(kw_only=True)
@@ -20,69 +125,75 @@ class RunArgs:
     """What every training run shares (pretraining and LoRA): the optimizer, the schedule, the runtime, the
     trainer checkpoints and the MLflow identity."""
 
-    max_steps: int = 100
+    max_steps: int = arg(100, ge=1)
     """Optimizer steps of the run."""
-    seq_len: int = 256
+    seq_len: int = arg(256, ge=1)
     """Tokens per training window (pretraining) or per example, prompt + target (LoRA)."""
-    lr: float = 3e-3
+    lr: float = arg(3e-3, gt=0)
     """Peak learning rate, reached after `warmup_steps` (linear warmup, then cosine decay to `min_lr`)."""
-    min_lr: float = 3e-4
+    min_lr: float = arg(3e-4, ge=0)
     """Learning rate at `max_steps`; 0 <= min_lr <= lr."""
-    warmup_steps: int = 10
+    warmup_steps: int = arg(10, ge=0)
     """Steps of linear warmup; 0 <= warmup_steps < max_steps."""
-    weight_decay: float = 0.1
+    weight_decay: float = arg(0.1, ge=0)
     """AdamW decoupled weight decay (on the decayed parameter group only)."""
-    beta1: float = 0.9
+    beta1: float = arg(0.9, ge=0, lt=1)
     """AdamW beta1."""
-    beta2: float = 0.95
+    beta2: float = arg(0.95, ge=0, lt=1)
     """AdamW beta2."""
-    grad_clip: float = 1.0
+    grad_clip: float = arg(1.0, gt=0)
     """Clip the global gradient norm to this value."""
-    seed: int = 0
+    seed: int = arg(0, ge=0)
     """Seed of the initialisation and of the data order (step s reads numpy.random.default_rng([seed, s]))."""
-    precision: str = "auto"
+    precision: str = arg("auto", choices=PRECISIONS)
     """auto (bf16 autocast on CUDA, FP32 on CPU) | fp32 | bf16. PIT's T/L work stays FP32 in any case."""
-    device: str = "auto"
-    """auto (CUDA when available) | cpu | cuda."""
-    threads: int | None = None
+    device: str = arg("auto", choices=DEVICES)
+    """auto (CUDA when available) | cpu | cuda (an error when CUDA is not available, before any work)."""
+    threads: int | None = arg(None, ge=1)
     """CPU threads (None: torch's default); restored when the run returns."""
-    checkpoint_every: int = 0
+    checkpoint_every: int = arg(0, ge=0)
     """Steps between trainer checkpoints (0: none; a finished run keeps only its final outputs)."""
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = arg(2, ge=1)
     """Newest trainer checkpoints kept."""
-    stop_after_steps: int | None = None
+    stop_after_steps: int | None = arg(None, ge=0)
     """End the process after this step (resume tests, time-boxed jobs); the checkpoints allow a resume."""
     run_name: str | None = None
     """MLflow run name (default: the run folder's name)."""
-    tags: dict = field(default_factory=dict)
+    tags: dict = arg(factory=dict)
     """Extra MLflow tags."""
-    mlflow: dict = field(default_factory=dict)
+    mlflow: dict = arg(factory=dict)
     """{tracking_uri, experiment, enabled} (docs/reproducibility.md)."""
 
     label = "run config"  # the prefix of every error message about these arguments (class attributes, not fields)
     fingerprint_excludes = ("threads", "stop_after_steps", "run_name", "tags", "mlflow")  # not the trajectory
 
-    def checks(self) -> list[tuple[bool, str]]:
-        """(condition, message) pairs; each message names the bad value and what was expected."""
+    def checks(self) -> list[tuple[bool, str, tuple[str, ...]]]:
+        """(condition, message, fields) across fields, after each field's own type and bounds; each message names
+        the bad values and what was expected."""
         return [
             (
-                self.lr > 0 and 0 <= self.min_lr <= self.lr,
+                self.min_lr <= self.lr,
                 f"lr {self.lr}, min_lr {self.min_lr}; expected 0 <= min_lr <= lr",
+                ("min_lr", "lr"),
             ),
             (
-                0 <= self.warmup_steps < self.max_steps,
-                f"warmup_steps {self.warmup_steps}; expected 0 <= warmup < max_steps",
+                self.warmup_steps < self.max_steps,
+                f"warmup_steps {self.warmup_steps}; expected 0 <= warmup < max_steps = {self.max_steps}",
+                ("warmup_steps", "max_steps"),
             ),
-            (self.precision in PRECISIONS, f"precision {self.precision!r}; expected auto, fp32 or bf16"),
         ]
 
     def __post_init__(self):
-        for ok, msg in self.checks():
+        for f in dataclasses.fields(self):
+            check_field(self.label, type(self), f, getattr(self, f.name))
+        for ok, msg, fields in self.checks():
             if not ok:
-                raise PitError(f"{self.label}: {msg}")
+                raise ArgsError(f"{self.label}: {msg}", fields)
 
     @classmethod
     def from_dict(cls, d: dict):
+        if not isinstance(d, dict):
+            raise PitError(f"{cls.label}: expected a JSON object of settings, got {type(d).__name__}")
         return config_from_dict(cls, d, cls.label)
 
     def fingerprint(self, **extra) -> str:
@@ -95,7 +206,7 @@ class RunArgs:
 class PretrainArgs(RunArgs):
     """One pretraining run (`pit train`): teacher or scratch mode; PIT, TT or untied."""
 
-    mode: str
+    mode: str = arg(choices=("scratch", "teacher"))
     """scratch | teacher."""
     model: str
     """Scratch mode: a scratch-family or stand-in name (pit/models/configs.py). Teacher mode: a hub id or folder."""
@@ -105,54 +216,56 @@ class PretrainArgs(RunArgs):
     """Validation token file, tokenized with the same tokenizer."""
     tokenizer: str
     """Tokenizer folder, copied into the final checkpoint."""
-    interface: dict = field(default_factory=dict)
+    interface: dict = arg(factory=dict)
     """The token interface (pit.core.interfaces.InterfaceConfig as a dict)."""
-    global_batch_tokens: int = 4096
+    global_batch_tokens: int = arg(4096, ge=1)
     """Tokens per optimizer step over all ranks; a multiple of micro_batch_size x seq_len x world size."""
-    micro_batch_size: int = 8
+    micro_batch_size: int = arg(8, ge=1)
     """Windows per forward/backward pass (gradient accumulation makes up the global batch)."""
-    transform_lr_scale: float = 1.0
+    transform_lr_scale: float = arg(1.0, gt=0)
     """Learning-rate multiplier for PIT's L (beyond the paper; 1 = off)."""
-    adam_eps: float = 1e-8
+    adam_eps: float = arg(1e-8, gt=0)
     """AdamW epsilon."""
     compile: bool = False
     """Wrap the loss module in torch.compile."""
-    log_every: int = 1
+    log_every: int = arg(1, ge=1)
     """Steps between MLflow metric uploads (metrics.jsonl gets every step)."""
-    interface_every: int = 1
+    interface_every: int = arg(1, ge=1)
     """Steps between Delta_TI measurements."""
-    consistency_every: int = 0
+    consistency_every: int = arg(0, ge=0)
     """Steps between the Table 2 metrics (raw/polar anchors); 0 = only at the end."""
-    eval_batches: int = 8
+    eval_batches: int = arg(8, ge=1)
     """Validation windows per evaluation = eval_batches x micro_batch_size."""
-    final_loss_window: int = 10
+    final_loss_window: int = arg(10, ge=1)
     """The final training loss is the mean loss of the last N steps."""
-    spike_factor: float = 3.0
+    spike_factor: float = arg(3.0, gt=1)
     """A loss above spike_factor x its running mean is a spike."""
-    on_spike: str = "log"
+    on_spike: str = arg("log", choices=("log", "skip", "stop"))
     """log | skip (skip the update) | stop."""
-    on_nonfinite: str = "skip"
+    on_nonfinite: str = arg("skip", choices=("skip", "stop"))
     """skip | stop."""
 
     label = "train config"
     fingerprint_excludes = RunArgs.fingerprint_excludes + ("log_every", "compile")
 
-    def checks(self) -> list[tuple[bool, str]]:
+    def checks(self) -> list[tuple[bool, str, tuple[str, ...]]]:
+        per_micro = self.micro_batch_size * self.seq_len
         return [
-            (self.mode in ("scratch", "teacher"), f"mode {self.mode!r}; expected 'scratch' or 'teacher'"),
-            (self.seq_len > 0, f"seq_len {self.seq_len}; expected > 0"),
-            (self.micro_batch_size > 0, f"micro_batch_size {self.micro_batch_size}; expected > 0"),
-            (self.global_batch_tokens > 0, f"global_batch_tokens {self.global_batch_tokens}; expected > 0"),
-            (self.max_steps > 0, f"max_steps {self.max_steps}; expected > 0"),
-            (self.transform_lr_scale > 0, f"transform_lr_scale {self.transform_lr_scale}; expected > 0"),
             *super().checks(),
-            (self.on_spike in ("log", "skip", "stop"), f"on_spike {self.on_spike!r}; expected log, skip or stop"),
-            (self.on_nonfinite in ("skip", "stop"), f"on_nonfinite {self.on_nonfinite!r}; expected skip or stop"),
+            (
+                self.global_batch_tokens % per_micro == 0,
+                f"global_batch_tokens {self.global_batch_tokens} is not a multiple of micro_batch_size x seq_len = "
+                f"{self.micro_batch_size} x {self.seq_len} = {per_micro}",
+                ("global_batch_tokens", "micro_batch_size"),
+            ),
         ]
 
     def __post_init__(self):
         super().__post_init__()
-        InterfaceConfig.from_dict(self.interface)
+        try:
+            InterfaceConfig.from_dict(self.interface)
+        except (TypeError, ValueError) as err:  # a PitError, or a value of the wrong type in the dict
+            raise ArgsError(f"{self.label}: interface {json.dumps(self.interface)}: {err}", ("interface",)) from None
 
     def accumulation(self, world_size: int) -> int:
         """Micro-batches per optimizer step on each rank; the global batch must divide evenly."""
@@ -181,29 +294,31 @@ class LoraArgs(RunArgs):
     """Training task: mbpp | gsm8k."""
     source: str = "offline"
     """offline | hub | a JSON/JSONL file of records."""
-    limit: int | None = None
+    limit: int | None = arg(None, ge=1)
     """Use only the first N training records."""
-    rank: int = 8
+    rank: int = arg(8, ge=1)
     """LoRA rank r."""
-    alpha: float = 16.0
+    alpha: float = arg(16.0, gt=0)
     """LoRA alpha (the update is scaled by alpha / r)."""
-    dropout: float = 0.05
+    dropout: float = arg(0.05, ge=0, lt=1)
     """LoRA dropout."""
-    targets: dict = field(default_factory=lambda: dict(DEFAULT_LORA_TARGETS))
+    targets: dict = arg(factory=lambda: dict(DEFAULT_LORA_TARGETS))
     """model_type -> names of the modules that get adapters."""
     train_interface: bool = False
     """Also train the interface (PIT: L, and Z if trainable_z, retracted after every step; TT its table)."""
-    batch_size: int = 8
+    batch_size: int = arg(8, ge=1)
     """Examples per step."""
-    lr: float = 2e-4
-    min_lr: float = 2e-5
-    weight_decay: float = 0.0
-    beta2: float = 0.999
+    seq_len: int = arg(256, ge=2)
+    """Tokens per example, prompt + target (at least 2: one input and one target)."""
+    lr: float = inherit(RunArgs, "lr", 2e-4)
+    min_lr: float = inherit(RunArgs, "min_lr", 2e-5)
+    weight_decay: float = inherit(RunArgs, "weight_decay", 0.0)
+    beta2: float = inherit(RunArgs, "beta2", 0.999)
     val_data: str | None = None
     """Held-out token file for the side effects (None: no side effects measured)."""
-    side_effect_windows: int = 16
+    side_effect_windows: int = arg(16, ge=1)
     """Held-out windows the side effects are measured on."""
-    side_effect_seq_len: int = 128
+    side_effect_seq_len: int = arg(128, ge=2)
     """Length of those windows."""
 
     label = "lora config"
@@ -216,22 +331,19 @@ class LoraArgs(RunArgs):
         "base",
     )
 
-    def checks(self) -> list[tuple[bool, str]]:
+    def checks(self) -> list[tuple[bool, str, tuple[str, ...]]]:
         from pit.evaluation.tasks import SPECS
 
         trainable = sorted(k for k, v in SPECS.items() if v.target is not None)
+        targets_ok = all(
+            isinstance(v, list) and v and all(isinstance(n, str) and n for n in v) for v in self.targets.values()
+        )
         return [
-            (self.task in trainable, f"task {self.task!r}; expected one of {trainable}"),
-            (self.rank > 0 and self.alpha > 0, f"rank {self.rank}, alpha {self.alpha}; expected > 0"),
-            (0 <= self.dropout < 1, f"dropout {self.dropout}; expected 0 <= dropout < 1"),
-            (
-                self.max_steps > 0 and self.batch_size > 0 and self.seq_len > 1,
-                f"max_steps {self.max_steps}, batch_size {self.batch_size}, seq_len {self.seq_len}; "
-                "expected > 0, > 0, > 1",
-            ),
+            (self.task in trainable, f"task {self.task!r}; expected one of {trainable}", ("task",)),
             *super().checks(),
             (
-                isinstance(self.targets, dict) and all(isinstance(v, list) and v for v in self.targets.values()),
-                f"targets {self.targets!r}; expected a mapping model_type -> non-empty list of module names",
+                targets_ok,
+                f"targets {json.dumps(self.targets)}; expected a mapping model_type -> non-empty list of module names",
+                ("targets",),
             ),
         ]

@@ -46,7 +46,7 @@ from pit.tracking.tracker import Tracker
 from pit.training.args import LoraArgs
 from pit.training.objective import NextTokenLoss
 from pit.training.optim import optimizer_update, warmup_cosine
-from pit.training.run_folder import MetricsLog, RunFolder, RunHandles
+from pit.training.run_folder import FinishedRun, MetricsLog, RunFolder, RunHandles, claim
 from pit.training.runtime import mixed_precision, peak_memory_mb, resolve_device
 
 METRIC_KEYS = ("loss", "lr", "grad_norm", "tokens_per_s", "target_tokens")
@@ -249,13 +249,18 @@ def load_data(args: LoraArgs):
     return task, tokenizer, examples, val
 
 
-def setup(args: LoraArgs, run_dir: str | Path) -> LoraRun:
-    """Data, the base with its adapters, the optimizer, then start or resume the run folder and its MLflow run."""
+def required_outputs(args: LoraArgs) -> tuple[str, ...]:
+    """With summary.json: what a finished LoRA run folder holds."""
+    return ("adapter", "merged", "side_effects.json") if args.val_data else ("adapter", "merged")
+
+
+def setup(args: LoraArgs, folder: RunFolder, base_sha: str) -> LoraRun:
+    """Data, the base with its adapters, the optimizer, then start or resume the run in `folder` and its MLflow
+    run (`base_sha`: the base checkpoint's `base_fingerprint`)."""
     device = resolve_device(args.device)
     use_bf16, autocast = mixed_precision(args.precision, device)
     torch.manual_seed(args.seed)
     task, tokenizer, examples, val = load_data(args)
-    base_sha = base_fingerprint(args.base)
     base_model = load_model(args.base, vocab_size=val.meta["vocab_size"] if val is not None else None)
     if len(tokenizer) > base_model.config.vocab_size:
         raise PitError(
@@ -266,18 +271,17 @@ def setup(args: LoraArgs, run_dir: str | Path) -> LoraRun:
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=args.lr, betas=(args.beta1, args.beta2), weight_decay=args.weight_decay)
     scheduler = warmup_cosine(optimizer, args)
-    folder = RunFolder(run_dir, args.fingerprint(base_sha256=base_sha))
     state = {"runtime_s": 0.0, "mlflow_run_id": None, "fingerprint": folder.fingerprint}
     start_step = 0
-    ckpt = folder.resume_point(STALE_OUTPUTS)
+    ckpt, saved = folder.resume_point(STALE_OUTPUTS)
     if ckpt is not None:
         from safetensors.torch import load_file
 
         load_trainable_state(model, load_file(ckpt / "trainable.safetensors"), str(ckpt))
-        saved = RunFolder.restore(ckpt, optimizer, scheduler)
+        RunFolder.restore(saved, optimizer, scheduler)
         start_step = saved["step"]
         state.update({k: saved[k] for k in state if k in saved})
-    run_name = args.run_name or folder.path.name
+    run_name = args.run_name or folder.name
     kind = model.get_base_model().interface_config.kind
     params = {
         "lora": dataclasses.asdict(args),
@@ -310,35 +314,16 @@ def setup(args: LoraArgs, run_dir: str | Path) -> LoraRun:
         kind=kind,
         params=params,
     )
-    run.tracker = start_tracking(run, fresh=ckpt is None)
+    run.tracker = start_tracking(run)
     return run
 
 
-def start_tracking(run: LoraRun, fresh: bool) -> Tracker:
-    """The run's MLflow run (resumed by id), run.json, and metrics.jsonl cut back to the resume point."""
+def start_tracking(run: LoraRun) -> Tracker:
+    """The run's MLflow run (continued by id), run.json, and metrics.jsonl cut back to the resume point."""
     args = run.args
     tags = {"stage": "lora", "task": args.task, "interface": run.kind, **args.tags}
-    experiment = args.mlflow.get("experiment", "pit")
-    tracker = Tracker(
-        args.mlflow.get("tracking_uri"),
-        experiment,
-        run.run_name,
-        tags,
-        enabled=args.mlflow.get("enabled", True),
-        run_id=run.state["mlflow_run_id"],
-    )
+    tracker = run.folder.start_tracking(args.mlflow, run.run_name, tags, run.params, run.state["mlflow_run_id"])
     run.state["mlflow_run_id"] = tracker.run_id
-    run.folder.write_run_json(
-        {
-            "run_name": run.run_name,
-            "experiment": experiment,
-            "tags": tags,
-            "params": run.params,
-            "mlflow_run_id": tracker.run_id,
-        }
-    )
-    if fresh:
-        tracker.log_params(run.params)
     run.folder.keep_metrics_until(run.start_step)
     return tracker
 
@@ -437,18 +422,24 @@ def evaluate(run: LoraRun) -> dict:
         write_json(path / "side_effects.json", {**effects, "val_data": args.val_data})
         run.tracker.log_metrics([{"step": args.max_steps, **effects}], SIDE_EFFECT_KEYS)
         run.tracker.log_artifact(path / "side_effects.json")
-    write_json(path / "summary.json", summary)
     run.tracker.log_metrics([{"step": args.max_steps, **summary}], ("final_train_loss", "runtime_s", "peak_memory_mb"))
-    run.folder.finish(run.tracker)
+    run.folder.finish(run.tracker, summary)  # summary.json, last
     return summary
 
 
-def train_lora(args: LoraArgs, run_dir: str | Path) -> dict:
-    """Run (or resume) one LoRA run on `args.threads` CPU threads; returns the summary ({} when stopped early on
-    purpose)."""
+def train_lora(args: LoraArgs, run_dir: str | Path, overwrite: bool = False) -> dict:
+    """Run (or resume) one LoRA run in `run_dir` on `args.threads` CPU threads; returns the summary ({} when stopped
+    early on purpose). A run folder that holds this run finished is left untouched (its summary comes back as a
+    `FinishedRun`); one with a finished run of other settings is refused unless `overwrite` (as `pit train`)."""
     with cpu_threads(args.threads):
-        run = setup(args, run_dir)
-        return evaluate(run) if fit(run) else {}
+        resolve_device(args.device)  # a bad device is refused before the run folder is claimed
+        base_sha = base_fingerprint(args.base)
+        fingerprint = args.fingerprint(base_sha256=base_sha)
+        with claim(run_dir, fingerprint, STALE_OUTPUTS, required_outputs(args), overwrite) as folder:
+            if isinstance(folder, FinishedRun):
+                return folder
+            run = setup(args, folder, base_sha)
+            return evaluate(run) if fit(run) else {}
 
 
 def summary_line(summary: dict) -> str:

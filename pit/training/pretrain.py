@@ -29,19 +29,20 @@ from pit.core.interfaces import InterfaceConfig
 from pit.core.linalg import cpu_threads
 from pit.data.reader import TokenFile
 from pit.errors import PitError
-from pit.io import atomic_path, sha256_file, write_json
+from pit.io import atomic_path, sha256_file
 from pit.models import build_model, convert_teacher, get_spec, load_teacher
 from pit.models.access import interface_of, model_consistency, model_delta_ti
 from pit.models.configs import TeacherSpec
 from pit.tracking.provenance import git_commit
-from pit.tracking.tracker import METRIC_KEYS, Tracker
+from pit.tracking.tracker import METRIC_KEYS
 from pit.training.args import PretrainArgs
 from pit.training.objective import NextTokenLoss
 from pit.training.optim import optimizer_update, param_groups, warmup_cosine
-from pit.training.run_folder import MetricsLog, RunFolder, RunHandles
+from pit.training.run_folder import FinishedRun, MetricsLog, RunFolder, RunHandles, claim
 from pit.training.runtime import Dist, init_distributed, mixed_precision, peak_memory_mb, resolve_device
 
 STALE_OUTPUTS = ("metrics.jsonl", "summary.json", "final")
+REQUIRED_OUTPUTS = ("final",)  # with summary.json: what a finished run folder holds
 
 
 def build_run_model(args: PretrainArgs, vocab_size: int):
@@ -109,19 +110,26 @@ def setup_data(args: PretrainArgs, world: int) -> tuple[TokenFile, TokenFile, in
     train_data, val_data = TokenFile(args.train_data), TokenFile(args.val_data)
     if val_data.meta.get("tokenizer_sha256") != train_data.meta.get("tokenizer_sha256"):
         raise PitError(f"{args.train_data!r} and {args.val_data!r} were tokenized with different tokenizers")
+    if args.tokenizer:  # the sidecars describe the tokenizer that goes into the checkpoint: the model is sized by them
+        train_data.check_tokenizer(args.tokenizer)
     accum = args.accumulation(world)
     train_data.random_starts(1, args.seq_len, np.random.default_rng(0))  # at least one window fits
     val_data.sequential_starts(args.seq_len)
     return train_data, val_data, accum
 
 
-def setup(args: PretrainArgs, run_dir: str | Path) -> Run:
-    """Device, data, model, optimizer, then start or resume the run folder and its MLflow run."""
+def start_processes(args: PretrainArgs) -> tuple[torch.device, Dist]:
+    """The device and this process's place in a torchrun job (one process without torchrun)."""
     device = resolve_device(args.device)
     d = init_distributed(device)
     if device.type == "cuda":
         device = torch.device("cuda", d.local_rank)
         torch.cuda.set_device(device)
+    return device, d
+
+
+def setup(args: PretrainArgs, folder: RunFolder, device: torch.device, d: Dist) -> Run:
+    """Data, model, optimizer, then start or resume the run in `folder` and its MLflow run."""
     use_bf16, autocast = mixed_precision(args.precision, device)
     train_data, val_data, accum = setup_data(args, d.world)
     vocab = train_data.meta["vocab_size"]
@@ -135,8 +143,7 @@ def setup(args: PretrainArgs, run_dir: str | Path) -> Run:
         fused=True,
     )
     scheduler = warmup_cosine(optimizer, args)
-    folder = RunFolder(run_dir, args.fingerprint(), main=d.main)
-    run_name = args.run_name or folder.path.name
+    run_name = args.run_name or folder.name
     params = {
         "train": dataclasses.asdict(args),
         "git_commit": git_commit(),
@@ -161,34 +168,15 @@ def setup(args: PretrainArgs, run_dir: str | Path) -> Run:
         "fingerprint": folder.fingerprint,
     }
     start_step = 0
-    ckpt = folder.resume_point(STALE_OUTPUTS)
+    ckpt, saved = folder.resume_point(STALE_OUTPUTS)
     if ckpt is not None:
         load_model_weights(ckpt / "model", model)
-        saved = RunFolder.restore(ckpt, optimizer, scheduler)
+        RunFolder.restore(saved, optimizer, scheduler)
         start_step = saved["step"]
         state.update({k: saved[k] for k in state if k in saved})
-    experiment = args.mlflow.get("experiment", "pit")
-    tracker = Tracker(
-        args.mlflow.get("tracking_uri"),
-        experiment,
-        run_name,
-        tags,
-        enabled=d.main and args.mlflow.get("enabled", True),
-        run_id=state["mlflow_run_id"],
-    )
+    tracker = folder.start_tracking(args.mlflow, run_name, tags, params, state["mlflow_run_id"])
     state["mlflow_run_id"] = tracker.run_id
     if d.main:
-        folder.write_run_json(
-            {
-                "run_name": run_name,
-                "experiment": experiment,
-                "tags": tags,
-                "params": params,
-                "mlflow_run_id": tracker.run_id,
-            }
-        )
-        if ckpt is None:
-            tracker.log_params(params)
         folder.keep_metrics_until(start_step)
     return Run(
         args=args,
@@ -387,13 +375,12 @@ def validate(run: Run, metrics: MetricsLog) -> dict:
         run.model.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-    write_json(run.folder.path / "summary.json", summary)
     metrics.upload([{"step": args.max_steps, "val_loss": val_loss, "val_ppl": summary["val_ppl"]}])
     run.tracker.log_metrics(
         [{"step": args.max_steps, **{k: v for k, v in summary.items() if isinstance(v, float)}}],
         ("final_train_loss", "final_train_ppl", "runtime_s", "peak_memory_mb"),
     )
-    run.folder.finish(run.tracker)
+    run.folder.finish(run.tracker, summary)  # summary.json, last
     return summary
 
 
@@ -407,21 +394,30 @@ def load_tokenizer(path: str):
     return AutoTokenizer.from_pretrained(path)
 
 
-def train(args: PretrainArgs, run_dir: str | Path) -> dict:
-    """Run (or resume) one pretraining run on `args.threads` CPU threads; returns the summary ({} when the run
-    stopped early on purpose, or on the other ranks of a DDP job)."""
+def train(args: PretrainArgs, run_dir: str | Path, overwrite: bool = False) -> dict:
+    """Run (or resume) one pretraining run in `run_dir` on `args.threads` CPU threads; returns the summary ({} when
+    the run stopped early on purpose, or on the other ranks of a DDP job). A run folder that holds this run finished
+    is left untouched: its summary comes back as a `FinishedRun`. One that holds a finished run with other settings
+    is refused (PitError) unless `overwrite`: then the new run replaces it once complete (run_folder.claim)."""
     with cpu_threads(args.threads):
-        run = setup(args, run_dir)
-        finished, metrics = fit(run)
-        summary = {}
-        if not finished:
-            if metrics is not None:
-                metrics.upload()
+        device, d = start_processes(args)
+        with claim(
+            run_dir, args.fingerprint(), STALE_OUTPUTS, REQUIRED_OUTPUTS, overwrite, main=d.main, barrier=d.barrier
+        ) as folder:
+            if isinstance(folder, FinishedRun):
+                d.close()
+                return folder if d.main else {}
+            run = setup(args, folder, device, d)
+            finished, metrics = fit(run)
+            summary = {}
+            if not finished:
+                if metrics is not None:
+                    metrics.upload()
+                return summary
+            if run.dist.main:
+                summary = validate(run, metrics)
+            run.dist.close()
             return summary
-        if run.dist.main:
-            summary = validate(run, metrics)
-        run.dist.close()
-        return summary
 
 
 def summary_line(summary: dict) -> str:

@@ -1,66 +1,153 @@
-"""The run folder that `pit train` and `pit lora train` share: start or resume, trainer checkpoints,
+"""The run folder that `pit train` and `pit lora train` share: claim, start or resume, trainer checkpoints,
 metrics.jsonl, run.json and the artifacts that end a run.
 
-    run.json                 resolved settings, hashes, MLflow identity (written at start)
+    .lock                    flock'ed by the process that runs in the folder (its pid inside); gone when it ends
+    run.json                 resolved settings, hashes, fingerprint, MLflow run id (written as soon as the
+                             MLflow run exists, before any step)
     metrics.jsonl            one JSON row per optimizer step (the source of truth)
     checkpoints/step-NNNNNN/ the model (or the trainable part) + trainer_state.pt (every `checkpoint_every`)
-    summary.json             written last: the run is complete when it exists
+    summary.json             written last: the run is complete when it exists (with its outputs)
+    .next/                   a run that replaces a finished one (`overwrite`), trained here and moved up when
+                             complete: the old result stays in place until then
 
-A run resumes from its newest checkpoint when that checkpoint's fingerprint (the hash of the settings that
-define the trajectory, `RunArgs.fingerprint`) matches; metrics.jsonl is cut back to the rows that
-checkpoint has seen, so a resumed run appends exactly the rows an uninterrupted run would have written.
+`claim` holds the folder for one process and decides what a run does there: a complete run with the same
+fingerprint (the hash of the settings that define the trajectory, `RunArgs.fingerprint`, kept in run.json) is
+done (`FinishedRun`, nothing is touched); a complete run with another fingerprint is refused unless `overwrite`;
+anything else resumes from the newest intact checkpoint of the same fingerprint (a damaged one is dropped with a
+warning naming it) or starts afresh. metrics.jsonl is cut back to the rows that checkpoint has seen, so a resumed
+run appends exactly the rows an uninterrupted run would have written, and an earlier attempt's MLflow run (its id
+in run.json) is continued: one training is one MLflow run across kills and reruns.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
+import os
+import re
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from pit.io import atomic_path, read_jsonl, write_json, write_text
+from pit.errors import PitError
+from pit.io import atomic_path, json_text, read_jsonl, remove_stale_temporaries, write_json, write_text
+from pit.tracking.tracker import Tracker
 
 log = logging.getLogger("pit.training")
 TRAINER_STATE = "trainer_state.pt"
 FINAL_ARTIFACTS = ("summary.json", "run.json", "metrics.jsonl")
+LOCK_FILE = ".lock"
+STAGING = ".next"
+PROMOTING = ".promoting"  # in STAGING: the names it held when its move up began
+STEP_DIR = re.compile(r"step-(\d+)")
+
+
+def short(fingerprint: str | None) -> str:
+    return fingerprint[:12] if fingerprint else "unknown"
+
+
+class FinishedRun(dict):
+    """The summary.json of a run folder that already holds this run, complete: returned instead of running it."""
+
+    def __init__(self, summary: dict, path: Path, fingerprint: str):
+        super().__init__(summary)
+        self.path, self.fingerprint = path, fingerprint
+
+    @property
+    def message(self) -> str:
+        """The one line `pit train` / `pit lora train` print for it."""
+        return (
+            f"{self.path}: already finished with these settings (fingerprint {short(self.fingerprint)}); "
+            "left untouched (--overwrite trains it again)"
+        )
 
 
 class RunFolder:
-    """One run's folder. `main` is False on the other ranks of a DDP job, which never write."""
+    """One run's folder. `main` is False on the other ranks of a DDP job, which never write. `home` is the folder
+    the run's results end up in: `path` itself, or its parent when `path` is the staging folder `.next`."""
 
-    def __init__(self, path: str | Path, fingerprint: str, main: bool = True):
+    def __init__(self, path: str | Path, fingerprint: str, main: bool = True, home: str | Path | None = None):
         self.path, self.fingerprint, self.main = Path(path), fingerprint, main
+        self.home = Path(home) if home is not None else self.path
+
+    @property
+    def name(self) -> str:
+        """The run's default name: its folder's (never `.next`)."""
+        return self.home.name
 
     @property
     def metrics_path(self) -> Path:
         return self.path / "metrics.jsonl"
 
-    def latest_checkpoint(self) -> Path | None:
-        steps = sorted(self.path.glob(f"checkpoints/step-*/{TRAINER_STATE}"))
-        return steps[-1].parent if steps else None
+    def candidates(self) -> list[Path]:
+        """The entries `checkpoints/step-*`: those that are no step-NNNNNN folder first, then newest first."""
+        entries = list((self.path / "checkpoints").glob("step-*"))
+        junk = sorted(p for p in entries if not (STEP_DIR.fullmatch(p.name) and p.is_dir()))
+        steps = sorted((p for p in entries if p not in junk), key=lambda p: int(p.name[5:]), reverse=True)
+        return junk + steps
 
-    def resume_point(self, stale: Iterable[str]) -> Path | None:
-        """The checkpoint to resume from, or None for a fresh start. Checkpoints written with other settings are
-        removed (with a warning); a fresh start removes the `stale` outputs of an earlier run in the folder."""
-        ckpt = self.latest_checkpoint()
-        if (
-            ckpt is not None
-            and torch.load(ckpt / TRAINER_STATE, weights_only=True).get("fingerprint") != self.fingerprint
-        ):
+    @staticmethod
+    def read_checkpoint(ckpt: Path) -> dict:
+        """The trainer state of `ckpt`, checked readable: a step-NNNNNN folder whose trainer_state.pt loads and
+        names that step, with safetensors files that are all complete. Raises on a damaged checkpoint."""
+        from safetensors import safe_open
+
+        m = STEP_DIR.fullmatch(ckpt.name)
+        if m is None or not ckpt.is_dir():
+            raise ValueError("not a step-NNNNNN checkpoint folder")
+        state = torch.load(ckpt / TRAINER_STATE, weights_only=True)
+        if not isinstance(state, dict) or state.get("step") != int(m[1]):
+            raise ValueError(f"{TRAINER_STATE} holds no trainer state of step {int(m[1])}")
+        weights = sorted(ckpt.rglob("*.safetensors"))
+        if not weights:
+            raise ValueError("no weights (*.safetensors)")
+        for f in weights:
+            with safe_open(f, "pt"):  # checks the header against the file's size: a truncated file fails
+                pass
+        return state
+
+    def newest_intact(self) -> tuple[Path | None, dict | None]:
+        """(checkpoint, its trainer state) of the newest intact checkpoint, or (None, None). A damaged one is
+        reported (a warning naming it) and removed, so that it neither blocks a resume nor counts as kept."""
+        damaged = False
+        for ckpt in self.candidates():
+            try:
+                state = self.read_checkpoint(ckpt)
+            except Exception as err:  # noqa: BLE001 -- whatever the damage, this checkpoint cannot be resumed
+                log.warning("checkpoint %s is damaged (%s: %s); removing it", ckpt, type(err).__name__, str(err)[:200])
+                if self.main:
+                    _remove(ckpt)
+                damaged = True
+                continue
+            if damaged:
+                log.warning("falling back to %s, the newest intact checkpoint of %s", ckpt.name, self.path)
+            return ckpt, state
+        if damaged:
+            log.warning("no intact checkpoint left in %s; starting afresh", self.path)
+        return None, None
+
+    def resume_point(self, stale: Iterable[str]) -> tuple[Path | None, dict | None]:
+        """(checkpoint, trainer state) to resume from, or (None, None) for a fresh start. Checkpoints written with
+        other settings are removed (with a warning); a fresh start removes the `stale` outputs of an earlier
+        attempt in the folder."""
+        ckpt, state = self.newest_intact()
+        if ckpt is not None and state.get("fingerprint") != self.fingerprint:
             log.warning("checkpoints in %s belong to a run with other settings; starting afresh", self.path)
-            shutil.rmtree(self.path / "checkpoints", ignore_errors=True)
-            ckpt = None
+            if self.main:
+                shutil.rmtree(self.path / "checkpoints", ignore_errors=True)
+            ckpt, state = None, None
         if ckpt is not None:
             log.info("resuming %s from %s", self.path, ckpt.name)
         elif self.main and self.path.exists():
             for name in stale:  # a fresh start owns the folder
                 p = self.path / name
                 shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
-        return ckpt
+        return ckpt, state
 
     def save_checkpoint(
         self, step: int, write_model: Callable[[Path], None], optimizer, scheduler, state: dict, keep: int
@@ -81,13 +168,13 @@ class RunFolder:
                 },
                 tmp / TRAINER_STATE,
             )
-        for old in sorted((self.path / "checkpoints").glob("step-*"))[:-keep]:
+        steps = [p for p in self.candidates() if STEP_DIR.fullmatch(p.name)]  # newest first
+        for old in steps[keep:] if keep > 0 else []:
             shutil.rmtree(old, ignore_errors=True)
 
     @staticmethod
-    def restore(ckpt: Path, optimizer, scheduler) -> dict:
-        """Load the optimizer, the schedule and the RNG states of a checkpoint; return its trainer state."""
-        state = torch.load(ckpt / TRAINER_STATE, weights_only=True)
+    def restore(state: dict, optimizer, scheduler) -> dict:
+        """Load the optimizer, the schedule and the RNG states of a checkpoint's trainer state; return it."""
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng_cpu"])
@@ -99,6 +186,37 @@ class RunFolder:
         self.path.mkdir(parents=True, exist_ok=True)
         write_json(self.path / "run.json", record)
 
+    def earlier_mlflow_run_id(self) -> str | None:
+        """The MLflow run id an earlier attempt of this run (same fingerprint) recorded in run.json, if any."""
+        record = read_record(self.path / "run.json")
+        return record.get("mlflow_run_id") if record.get("fingerprint") == self.fingerprint else None
+
+    def start_tracking(self, mlflow: dict, run_name: str, tags: dict, params: dict, run_id: str | None) -> Tracker:
+        """The run's MLflow run: `run_id` (the checkpoint's), else the one an earlier attempt recorded in run.json,
+        else a new one. run.json (settings, fingerprint, run id) is written the moment the run id is known, so a
+        kill at any later point resumes the same MLflow run; params already logged are kept."""
+        experiment = mlflow.get("experiment", "pit")
+        record = {
+            "run_name": run_name,
+            "experiment": experiment,
+            "tags": tags,
+            "params": params,
+            "fingerprint": self.fingerprint,
+        }
+        tracker = Tracker(
+            mlflow.get("tracking_uri"),
+            experiment,
+            run_name,
+            tags,
+            enabled=self.main and mlflow.get("enabled", True),
+            run_id=run_id or self.earlier_mlflow_run_id(),
+            on_start=lambda run_id: self.write_run_json({**record, "mlflow_run_id": run_id}),
+        )
+        if self.main:
+            self.write_run_json({**record, "mlflow_run_id": tracker.run_id})
+            tracker.log_params(params)
+        return tracker
+
     def keep_metrics_until(self, step: int) -> None:
         """Cut metrics.jsonl back to the rows of steps <= `step` (the resume point)."""
         rows = read_jsonl(self.metrics_path) if self.metrics_path.exists() else []
@@ -107,12 +225,161 @@ class RunFolder:
     def metrics(self) -> list[dict]:
         return read_jsonl(self.metrics_path)
 
-    def finish(self, tracker) -> None:
-        """Log the run's record files as MLflow artifacts, end the MLflow run, drop the trainer checkpoints."""
-        for name in FINAL_ARTIFACTS:
-            tracker.log_artifact(self.path / name)
-        tracker.finish()
+    def finish(self, tracker, summary: dict) -> None:
+        """End the run: log the record files (run.json, metrics.jsonl, the summary) as MLflow artifacts, end the
+        MLflow run, then write summary.json, which makes the run complete (a kill before it: the run continues, in
+        the same MLflow run), and drop the trainer checkpoints."""
+        with atomic_path(self.path / "summary.json") as tmp:
+            tmp.write_text(json_text(summary))
+            for path in (tmp, *(self.path / name for name in FINAL_ARTIFACTS if name != "summary.json")):
+                tracker.log_artifact(path)
+            tracker.finish()
         shutil.rmtree(self.path / "checkpoints", ignore_errors=True)
+
+
+def read_record(path: Path) -> dict:
+    """A JSON object file, or {} when it is missing or unreadable."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def complete_fingerprint(path: Path, required: Iterable[str]) -> str | None:
+    """The fingerprint of the complete run in `path` (summary.json and the `required` outputs present): '' when
+    run.json does not record it; None when `path` holds no complete run."""
+    if not read_record(path / "summary.json") or not all((path / name).exists() for name in required):
+        return None
+    return read_record(path / "run.json").get("fingerprint") or ""
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def promote(staging: Path, home: Path, outputs: Iterable[str]) -> None:
+    """Move the complete run in `staging` up into `home`, replacing the run there: `home/summary.json` goes first
+    (from then on the folder reads as unfinished), then each output (`outputs`, run.json) is replaced by the staged
+    one or removed when the staged run has none (so are the old run's checkpoints), summary.json comes last.
+    Interrupted, it completes when run again (`claim` does): PROMOTING records what the staged run held when the
+    move began."""
+    marker = staging / PROMOTING
+    if not marker.is_file():
+        write_json(marker, sorted(p.name for p in staging.iterdir()))
+    staged = set(json.loads(marker.read_text()))
+    (home / "summary.json").unlink(missing_ok=True)
+    for name in sorted({*outputs, "run.json", "checkpoints"} - {"summary.json"}):
+        if name not in staged:
+            _remove(home / name)
+        elif (staging / name).exists():  # else: moved up before an interruption
+            _remove(home / name)
+            os.replace(staging / name, home / name)
+    os.replace(staging / "summary.json", home / "summary.json")
+    shutil.rmtree(staging)
+    log.info("%s now holds the run trained in %s", home, staging.name)
+
+
+def _tidy(path: Path, outputs: Iterable[str], required: Iterable[str]) -> None:
+    """What a killed process left in `path`: temporaries, a staged run's interrupted move up (completed), a staging
+    folder with no finished run left to replace (removed)."""
+    staging = path / STAGING
+    for folder in (path, path / "checkpoints", staging, staging / "checkpoints"):
+        for tmp in remove_stale_temporaries(folder):
+            log.info("removed %s, left by a killed process", tmp)
+    if (staging / "summary.json").is_file():
+        log.warning("completing the replacement of %s by the finished run in %s", path, staging)
+        promote(staging, path, outputs)
+    elif staging.exists() and complete_fingerprint(path, required) is None:
+        log.warning("%s holds no finished run to replace; dropping the staged run in %s", path, staging)
+        shutil.rmtree(staging)
+
+
+@contextlib.contextmanager
+def folder_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `path/.lock` (the pid inside) for the block; a PitError at once when another
+    process holds it. The lock file is removed at the end; a folder this call created is removed if left empty."""
+    created = not path.exists()
+    path.mkdir(parents=True, exist_ok=True)
+    lock = path / LOCK_FILE
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise PitError(
+                f"run folder {str(path)!r} is in use by another process (pid {holder}, lock {LOCK_FILE}); "
+                "wait for it to end or choose another --out"
+            ) from None
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                break  # else the holder removed the file between our open and flock: take the new one
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+        os.close(fd)
+        if created:
+            with contextlib.suppress(OSError):
+                path.rmdir()  # only when empty: a run that failed before writing anything leaves no folder
+
+
+def _decide(path: Path, fingerprint: str, required, overwrite: bool, main: bool) -> RunFolder | FinishedRun:
+    done = complete_fingerprint(path, required)
+    if done is None:
+        return RunFolder(path, fingerprint, main)
+    if done == fingerprint and not overwrite:
+        return FinishedRun(read_record(path / "summary.json"), path, fingerprint)
+    if not overwrite:
+        raise PitError(
+            f"{str(path)!r} holds a finished run with other settings (fingerprint {short(done)}; this run's is "
+            f"{short(fingerprint)}): pass --overwrite to replace it (the old result stays until the new one is "
+            "complete) or choose another --out"
+        )
+    return RunFolder(path / STAGING, fingerprint, main, home=path)
+
+
+@contextlib.contextmanager
+def claim(
+    path: str | Path,
+    fingerprint: str,
+    outputs: Iterable[str],
+    required: Iterable[str] = (),
+    overwrite: bool = False,
+    main: bool = True,
+    barrier: Callable[[], None] = lambda: None,
+) -> Iterator[RunFolder | FinishedRun]:
+    """Hold run folder `path` for one run with `fingerprint` and yield where it runs:
+
+    - a FinishedRun (its summary) when `path` holds this run complete (summary.json, the `required` outputs, this
+      fingerprint in run.json): there is nothing to do, and nothing is touched;
+    - a PitError naming both fingerprints when it holds a complete run with another one, unless `overwrite`; with
+      `overwrite` the run trains in `path/.next/` and, once complete, replaces the old `outputs` (`promote`);
+    - otherwise the folder itself (`RunFolder.resume_point` resumes or starts afresh).
+
+    The main process locks the folder for the whole block (`folder_lock`: a second process fails at once) and
+    first clears what a killed one left (`_tidy`). Other DDP ranks (`main` False) take no lock and decide after
+    `barrier()`, which rank 0 passes once it has decided."""
+    path, required = Path(path), tuple(required)
+    if not main:
+        barrier()
+        yield _decide(path, fingerprint, required, overwrite, main=False)
+        return
+    with folder_lock(path):
+        _tidy(path, outputs, required)
+        where = _decide(path, fingerprint, required, overwrite, main=True)
+        barrier()
+        yield where
+        if isinstance(where, RunFolder) and where.path != path and (where.path / "summary.json").is_file():
+            promote(where.path, path, outputs)
 
 
 @dataclass(kw_only=True)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
+from pit.errors import PitError
+
 
 @dataclass
 class Dist:
@@ -57,10 +59,19 @@ def init_distributed(device: torch.device) -> Dist:
 
 
 def resolve_device(name: str) -> torch.device:
-    """`auto` = CUDA when available, else CPU; otherwise the named device."""
+    """`auto` = CUDA when available, else CPU; otherwise the named device, which must exist on this machine (a
+    PitError before any work: `cuda` without CUDA, `cuda:3` on a machine with one GPU, a name torch does not know)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise PitError(f"device {name!r}: expected auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise PitError(f"device {name!r}: CUDA is not available on this machine; expected cpu (or auto)")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise PitError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
 
 
 def mixed_precision(precision: str, device: torch.device):

@@ -8,24 +8,105 @@ wires files to one `pit` subcommand and takes its paths and settings from the he
 import json
 import re
 import shlex
+from pathlib import Path
 
 import jsonschema
+import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+DEFAULT_CONFIG_FILE = Path(workflow.basedir).parent / "config" / "config.yaml"
+
+
+def config_files():
+    """The config files this run read: the --configfile files, else the embedded default profile."""
+    return [Path(f) for f in workflow.overwrite_configfiles] or [DEFAULT_CONFIG_FILE]
+
+
+def shown(path):
+    """A path as the user would type it: relative to the working directory when it lies below it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def load_default_config():
+    """The embedded default profile (when no --configfile is given), as the `configfile:` directive reads it;
+    a YAML syntax error is one line `FILE:LINE:COLUMN: ...` (Snakemake's own loader names neither)."""
+    try:
+        yaml.safe_load(DEFAULT_CONFIG_FILE.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or " ".join(str(err).split())
+        context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
+        if context and start is not None:
+            problem += f" ({context} at line {start.line + 1})"
+        raise WorkflowError(
+            f"{shown(DEFAULT_CONFIG_FILE)}{where}: YAML syntax error in the config: {problem}"
+        ) from None
+    except OSError as err:
+        raise WorkflowError(f"config file {shown(DEFAULT_CONFIG_FILE)}: {err.strerror}") from None
+    workflow.configfile(DEFAULT_CONFIG_FILE)
+
+
+def key_line(node, keys):
+    """(0-based line of the deepest key on the path `keys` in a YAML node tree, whether the whole path is there)."""
+    line = node.start_mark.line
+    for key in keys:
+        if isinstance(node, yaml.MappingNode):
+            item = next(((k, v) for k, v in node.value if k.value == str(key)), None)
+            node, mark = (item[1], item[0].start_mark) if item else (None, None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            mark = node.start_mark
+        else:
+            node = None
+        if node is None:
+            return line, False
+        line = mark.line
+    return line, True
+
+
+def config_line(keys):
+    """'FILE:LINE' of the config key at `keys` (keys and list indices) in the last config file that sets it, else
+    of its nearest parent; '' when no config file has either (e.g. a value given with --config)."""
+    exact = parent = ""
+    for path in config_files():
+        try:
+            root = yaml.compose(Path(path).read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if root is not None:
+            line, whole = key_line(root, keys)
+            if whole:
+                exact = f"{shown(path)}:{line + 1}"
+            else:
+                parent = f"{shown(path)}:{line + 1}"
+    return exact or parent
+
+
+def config_error(keys, message):
+    """One WorkflowError line, as a compiler prints one: `FILE:LINE: invalid config at KEY: what is wrong`."""
+    where = ".".join(str(k) for k in keys) or "(top level)"
+    line = config_line(keys)
+    return WorkflowError((f"{line}: " if line else "") + f"invalid config at {where}: {message}")
+
 
 def validate_config(config):
-    """Validate against the schema; a bad key or value stops the run with one line naming it."""
+    """Validate against the schema; a bad key or value stops the run with one line naming it, its file and line."""
     try:
         validate(config, "../schemas/config.schema.yaml", set_default=False)
     except WorkflowError as err:
         cause = err.__context__  # snakemake raises from inside `except ValidationError`
         if not isinstance(cause, jsonschema.ValidationError):
             raise
-        where = ".".join(str(p) for p in cause.absolute_path) or "(top level)"
-        raise WorkflowError(f"invalid config at {where}: {cause.message}") from None
+        raise config_error(list(cause.absolute_path), cause.message) from None
 
 
+if not workflow.overwrite_configfiles:
+    load_default_config()
 validate_config(config)
 
 ENV = "../envs/pit.yaml"  # conda env of every rule (paths in rules are relative to their .smk)
@@ -369,6 +450,54 @@ def evaluate_spec(mode, slot, interface, task):
             tracking_uri=mlflow["tracking_uri"],
         )
     return spec
+
+
+# --- Every resolved spec, checked by pit's own run arguments ------------------------------------------
+
+
+def spec_field_keys(kind, field, override):
+    """The config key a field of a resolved run spec comes from (`override`: the section that overrides
+    pretrain.train for this run, mode_train.<mode> or stand_in_teacher)."""
+    if field == "side_effect_seq_len" or (kind == "train" and field == "seq_len"):
+        return ["context_length"]
+    if field == "mlflow":
+        return ["mlflow"]
+    if kind == "lora":
+        return ["posttrain", "data_source"] if field == "source" else ["posttrain", "lora", field]
+    if field in ("interface", "tokenizer"):
+        return ["pretrain", field]
+    section = PRETRAIN
+    for key in override[1:]:
+        section = section.get(key, {})
+    return [*override, field] if field in section else ["pretrain", "train", field]
+
+
+def check_run_specs():
+    """Build pit.training.args.PretrainArgs / LoraArgs from every resolved run spec: the checks `pit train` and
+    `pit lora train` make (types, finite values, min_lr <= lr, warmup_steps < max_steps, a global batch that is
+    a multiple of micro_batch_size x context_length) fail here, when the config is read, not in the first job."""
+    try:
+        from pit.errors import PitError
+        from pit.training.args import LoraArgs, PretrainArgs
+    except ImportError as err:  # pit only in the jobs' conda env: the jobs check their specs themselves
+        from snakemake.logging import logger
+
+        logger.warning(f"run specs not checked when reading the config (cannot import pit: {err})")
+        return
+    specs = [("train", train_spec(m, s, i), ["pretrain", "mode_train", m]) for m, s, i in pretrain_runs()]
+    specs += [("train", stand_in_spec(s), ["pretrain", "stand_in_teacher"]) for s in STAND_IN_SLOTS]
+    specs += [("lora", lora_spec(m, s, i, t), None) for m, s, i in pretrain_runs() for t in LORA_TASKS]
+    for kind, spec, override in specs:
+        try:
+            (LoraArgs if kind == "lora" else PretrainArgs).from_dict(spec)
+        except PitError as err:
+            fields = getattr(err, "fields", ())
+            keys = spec_field_keys(kind, fields[0], override) if fields else []
+            raise config_error(keys, f"run {spec['run_name']}: {err}") from None
+
+
+if workflow.is_main_process:  # (a job's own Snakemake process, e.g. on a SLURM node, was checked by the main one)
+    check_run_specs()
 
 
 # --- Resources ----------------------------------------------------------------------------------

@@ -1,0 +1,214 @@
+"""Teacher-mode PIT inits (t_init), the copy in convert_teacher, `pit convert-check`, and scratch t_scale.
+
+The formulas are checked against an independent float64 SVD of the teacher embedding E0 = P S Q^T
+(U = P Q^T, H = Q S Q^T, sigma = geometric mean of S): docs/models.md, "Teacher init".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pit.commands import main
+from pit.core.interfaces import T_INITS, InterfaceConfig
+from pit.data.reader import TokenFile
+from pit.errors import PitError
+from pit.models import build_model
+from pit.models.teacher import convert_teacher
+
+V, D = 512, 64
+
+
+def anisotropic_teacher(vocab_size: int = V, low: float = -0.5, high: float = 1.5, seed: int = 0):
+    """gpt2-tiny with random weights whose embedding is multiplied by Q diag(s) Q^T, s log-spaced over 10^low..10^high
+    (singular values spread over ~100x on top of the Gaussian table's own spread)."""
+    teacher = build_model("gpt2-tiny", vocab_size=vocab_size, seed=seed).eval()
+    g = torch.Generator().manual_seed(seed)
+    Q, _ = torch.linalg.qr(torch.randn(D, D, generator=g))
+    with torch.no_grad():
+        wte = teacher.transformer.wte.weight
+        wte.copy_(wte @ (Q * torch.logspace(low, high, D)) @ Q.T)
+        ln_f = teacher.transformer.ln_f  # a non-trivial final norm, so the fold is visible
+        ln_f.weight.copy_(1 + 0.1 * torch.randn(D, generator=g))
+        ln_f.bias.copy_(0.1 * torch.randn(D, generator=g))
+    return teacher
+
+
+def reference(E0: torch.Tensor, t_init: str, a: float = 0.5) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(E, W_out, beta) of each init from an independent float64 SVD; beta W_out is the head after the fold."""
+    P, S, Qh = torch.linalg.svd(E0.double(), full_matrices=False)
+    sigma = S.log().mean().exp()
+    s_hat = S / sigma
+    if t_init == "identity":
+        return P @ Qh, (P @ Qh).T, 1.0
+    if t_init == "inverse_h":
+        return E0.double(), Qh.T @ torch.diag(1 / S) @ P.T, 1.0
+    if t_init == "head":
+        return (P / S) @ Qh, E0.double().T, 1.0
+    E = sigma * (P * s_hat.pow(-a)) @ Qh
+    W = (Qh.T * s_hat.pow(a)) @ P.T / sigma
+    return E, W, (sigma**2).item()
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+CASES = [("identity", 0.5), ("inverse_h", 0.5), ("head", 0.5), ("power", 0.5), ("power", 1.0), ("power", -1.0)]
+
+
+@pytest.mark.parametrize(("t_init", "a"), CASES, ids=[f"{t}-{a}" for t, a in CASES])
+def test_each_t_init_gives_its_formula(t_init, a):
+    teacher = anisotropic_teacher()
+    E0 = teacher.transformer.wte.weight.detach()
+    s = torch.linalg.svdvals(E0.double())
+    assert s.max() / s.min() > 50, "the test teacher is strongly anisotropic"
+    model = convert_teacher(teacher, InterfaceConfig(kind="pit", t_init=t_init, t_power=a))
+    E, W = model.interface.input_embedding(), model.interface.output_projection()
+    E_ref, W_ref, beta = reference(E0, t_init, a)
+    assert rel(E, E_ref) < 1e-5 and rel(W, W_ref) < 1e-5, (rel(E, E_ref), rel(W, W_ref))
+    assert model.interface.delta_ti() < 1e-4
+    if t_init == "head" or (t_init, a) == ("power", 1.0):
+        assert rel(beta * W, E0.T) < 1e-5  # the head is the teacher's, exactly (power: after the fold)
+    if t_init == "inverse_h" or (t_init, a) == ("power", -1.0):
+        assert rel(E, E0) < 1e-5  # the input side is the teacher's, exactly
+    # the fold: ln_f's gain and bias are the teacher's times beta (1 for all but power), the blocks untouched
+    ln_t, ln_m = teacher.transformer.ln_f, model.transformer.ln_f
+    assert rel(ln_m.weight, beta * ln_t.weight) < 1e-6 and rel(ln_m.bias, beta * ln_t.bias) < 1e-6
+    assert torch.equal(model.transformer.h[0].attn.c_attn.weight, teacher.transformer.h[0].attn.c_attn.weight)
+
+
+def test_power_with_a_exact_head_gives_the_teachers_logits_from_the_teachers_input():
+    """power(a = 1) makes beta W_out = E0^T exactly; fed the teacher's own input embedding, the converted model
+    (blocks copied, beta folded into ln_f) computes the teacher's logits: the fold is exact, not approximate."""
+    teacher = anisotropic_teacher()
+    model = convert_teacher(teacher, InterfaceConfig(kind="pit", t_init="power", t_power=1.0))
+    ids = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = teacher(ids).logits
+        out = model(inputs_embeds=teacher.transformer.wte(ids)).logits
+        unfolded = convert_teacher(teacher, InterfaceConfig(kind="pit", t_init="head"))(
+            inputs_embeds=teacher.transformer.wte(ids)
+        ).logits
+    assert rel(out, ref) < 1e-5
+    assert rel(unfolded, ref) < 1e-5  # head: W_out = E0^T with ln_f untouched, the same head
+    assert rel(model(ids).logits.detach(), ref) > 1e-2  # from its own E = E0 H^^-2 the function differs
+
+
+@pytest.mark.parametrize("a", [-1.0, 0.0, 0.5, 1.0])
+def test_power_keeps_an_isotropic_teacher_exactly(a):
+    """E0 = s Q (all singular values s): H = s I, so every power init keeps the teacher's function exactly;
+    the paper's T = I does not (it loses s on both sides)."""
+    teacher = anisotropic_teacher()
+    g = torch.Generator().manual_seed(2)
+    Q, _ = torch.linalg.qr(torch.randn(V, D, generator=g, dtype=torch.float64))
+    with torch.no_grad():
+        teacher.transformer.wte.weight.copy_(7.0 * Q)
+    ids = torch.randint(0, V, (2, 12), generator=g)
+    with torch.no_grad():
+        ref = teacher(ids).logits
+        out = convert_teacher(teacher, InterfaceConfig(kind="pit", t_init="power", t_power=a))(ids).logits
+        paper = convert_teacher(teacher, InterfaceConfig(kind="pit", t_init="identity"))(ids).logits
+    assert rel(out, ref) < 1e-5
+    assert rel(paper, ref) > 0.1
+
+
+@pytest.mark.parametrize("kind", ["pit", "tt", "untied"])
+def test_convert_teacher_shares_no_tensor_with_the_teacher(kind):
+    teacher = anisotropic_teacher()
+    before = {k: v.clone() for k, v in teacher.state_dict().items()}
+    model = convert_teacher(teacher, InterfaceConfig(kind=kind))
+    teacher_ptrs = {t.untyped_storage().data_ptr() for t in [*teacher.parameters(), *teacher.buffers()]}
+    shared = [
+        n
+        for n, t in [*model.named_parameters(), *model.named_buffers()]
+        if t.untyped_storage().data_ptr() in teacher_ptrs
+    ]
+    assert not shared, f"converted model shares {shared[:5]} with the teacher"
+    with torch.no_grad():  # changing the converted model leaves the teacher as it was
+        for p in model.parameters():
+            p.add_(1.0)
+    after = teacher.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_config_fields_default_to_the_paper_and_stay_out_of_old_configs():
+    old = {"kind": "pit", "trainable_z": False, "t_init": "identity", "diag_clamp": None, "retraction_eps": 0.0}
+    cfg = InterfaceConfig.from_dict(old)  # a checkpoint written before t_power / t_scale existed
+    assert (cfg.t_power, cfg.t_scale) == (1.0, 1.0)
+    assert InterfaceConfig().to_dict() == {**old, "init_std": 0.02}  # default configs serialise as before
+    assert InterfaceConfig(t_scale=0.25).to_dict()["t_scale"] == 0.25
+    assert InterfaceConfig.from_dict(InterfaceConfig(t_init="power", t_power=0.3).to_dict()).t_power == 0.3
+    assert set(T_INITS) == {"identity", "inverse_h", "head", "power"}
+    for bad, match in (
+        ({"t_power": 1.5}, r"t_power 1.5 is invalid; expected a number in \[-1, 1\]"),
+        ({"t_power": "half"}, r"t_power 'half' is invalid"),
+        ({"t_scale": 0}, r"t_scale 0 is invalid; expected a number in \(0, inf\]"),
+        ({"t_scale": float("nan")}, r"t_scale nan is invalid"),
+        ({"t_init": "sqrt"}, r"t_init 'sqrt' is unknown"),
+    ):
+        with pytest.raises(PitError, match=match):
+            InterfaceConfig(**bad)
+
+
+def test_scratch_t_scale_sets_T_to_c_I():
+    c = 1 / (0.02 * math.sqrt(V))  # the scale at which PIT's embedding rows match TT's init norm
+    paper = build_model("scratch-tiny", InterfaceConfig(kind="pit"), vocab_size=V, seed=3)
+    scaled = build_model("scratch-tiny", InterfaceConfig(kind="pit", t_scale=c), vocab_size=V, seed=3)
+    tt = build_model("scratch-tiny", InterfaceConfig(kind="tt"), vocab_size=V, seed=3)
+    Z = paper.interface.Z
+    assert torch.equal(scaled.interface.Z, Z)  # the same Z, only T changes
+    assert torch.allclose(scaled.interface.log_diag, torch.full((D,), math.log(c) / 2))
+    assert rel(scaled.interface.input_embedding(), Z / c) < 1e-6
+    assert rel(scaled.interface.output_projection(), c * Z.T) < 1e-6
+    assert scaled.interface.delta_ti() < 1e-4
+    rms = [m.interface.input_embedding().detach().square().sum(1).mean().sqrt().item() for m in (paper, scaled, tt)]
+    assert abs(rms[0] - math.sqrt(D / V)) < 1e-6  # sqrt(d/V) exactly: ||Z||_F^2 = d
+    assert abs(rms[1] / rms[2] - 1) < 0.02  # c = 1 / (0.02 sqrt(V)) gives TT's row norm 0.02 sqrt(d)
+    # t_scale = 1 is the paper's init, bit for bit, and writes the same config
+    same = build_model("scratch-tiny", InterfaceConfig(kind="pit", t_scale=1.0), vocab_size=V, seed=3)
+    assert all(torch.equal(a, b) for a, b in zip(paper.state_dict().values(), same.state_dict().values()))
+    assert paper.config.to_dict()["interface"] == same.config.to_dict()["interface"]
+
+
+def test_t_scale_is_refused_in_teacher_mode():
+    with pytest.raises(PitError, match=r"t_scale 0.5 applies to scratch init only"):
+        convert_teacher(anisotropic_teacher(), InterfaceConfig(kind="pit", t_scale=0.5))
+
+
+def test_convert_check_reports_losses_and_errors_per_init(tiny_data, tmp_path, capsys):
+    vocab = 50257
+    teacher = anisotropic_teacher(vocab_size=vocab)
+    teacher.save_pretrained(tmp_path / "teacher")
+    val = tiny_data["gpt2"]["val"]
+    out = tmp_path / "cc.json"
+    argv = ["convert-check", str(tmp_path / "teacher"), "--val-data", val, "--windows", "2", "--seq-len", "32"]
+    assert main([*argv, "--t-power", "0.5", "--t-power", "1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert [r["init"] for r in result["inits"]] == ["identity", "inverse_h", "head", "power(a=0.5)", "power(a=1)"]
+    assert "| head | T = H |" in printed and "| power(a=1) |" in printed
+    assert result["tt_val_loss"] == result["teacher_val_loss"]  # TT keeps E0: the teacher exactly
+    rows = {r["init"]: r for r in result["inits"]}
+    assert rows["inverse_h"]["embedding_error"] < 1e-5 and rows["head"]["head_error"] < 1e-5
+    assert rows["power(a=1)"]["head_error_folded"] < 1e-5 and rows["power(a=1)"]["head_error"] > 0.5
+    assert all(r["delta_ti"] < 1e-4 for r in rows.values())
+    # the loss is the mean next-token loss on the first 2 non-overlapping windows (32 predictions each)
+    data = TokenFile(val)
+    batch = data.windows(data.sequential_starts(32, 2), 32)
+    model = convert_teacher(teacher, InterfaceConfig(kind="pit", t_init="head"))
+    with torch.no_grad():
+        logits = model(batch[:, :-1]).logits.double()
+    loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten()).item()
+    assert abs(rows["head"]["val_loss"] - loss) < 1e-9
+    assert abs(rows["head"]["minus_teacher"] - (loss - result["teacher_val_loss"])) < 1e-9
+    assert result["positions"] == 2 * 32 and result["spectrum"]["condition"] > 50
+    # only the inits asked for
+    assert main([*argv, "--t-init", "identity"]) == 0
+    assert "| identity |" in capsys.readouterr().out
+    assert main([*argv, "--t-power", "2"]) == 2
+    assert "t_power 2.0 is invalid" in capsys.readouterr().err
