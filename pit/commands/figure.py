@@ -1,15 +1,4 @@
-"""`pit figure`: the paper's figures from run folders (PNG, matplotlib).
-
-- `loss-curves --mode scratch` (Figure 3) / `--mode teacher` (Figure 4): training loss vs tokens,
-  one panel per slot, one line per interface (PIT, TT, untied).
-- `drift`: interface drift over training, Delta_TI and (when logged) the Table 2 raw metrics vs
-  step for every run.
-- `transition`: a Figure 2-style transition trace: for a few prompts, the last token's state at
-  every layer decoded through the input anchors B_in (nearest row of E by cosine) and through the
-  output anchors (the logit lens, argmax of f W_out), for several checkpoints side by side.
-- `side-effects` (post-training): per LoRA run, the side effect (KL of next-token distributions on
-  held-out pretraining text, and the validation-loss change) against the in-domain gain.
-"""
+"""`pit figure NAME`: one of the paper's figures from run folders (pit/reporting/figures.py has the list)."""
 
 from __future__ import annotations
 
@@ -54,7 +43,7 @@ def register(sub) -> None:
     p = sub.add_parser(
         "figure",
         help="draw one of the paper's figures (PNG)",
-        description=__doc__,
+        description=figures.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("name", choices=list(FIGURES))
