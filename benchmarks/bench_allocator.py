@@ -1,8 +1,8 @@
 """The host memory policy of `pit` processes (`pit/training/allocator.py`) on and off: the 133M-shaped training step
 (`pit.training.bench.TrainStep`, 4 x 256 tokens, V = 50257) of each interface, and the GPT-2 reference pair of
 `pit bench` (`GPT2LMHeadModel` and our TT model at GPT-2 configuration), with the GEMM yardstick, in child
-processes that alternate over rounds (`PIT_MALLOC=system` keeps glibc's defaults; the policy cannot be
-switched back inside one process). Every child times its arms as `pit bench` does (interleaved rounds, best
+processes that alternate over rounds (`PIT_MALLOC=system` keeps glibc's defaults; the policy is set when a
+process starts). Every child times its arms as `pit bench` does (interleaved rounds, best
 round, MFU against the GEMM of the same rounds); the best child of each policy is kept.
 
     python benchmarks/bench_allocator.py [--rounds 2] [--child-rounds 3] [--layers 2] [--json]
@@ -20,6 +20,8 @@ import sys
 
 from common import save_result
 
+from pit.training.allocator import environment
+
 POLICIES = ("system", "retain")
 
 
@@ -27,12 +29,11 @@ def child(layers: int, rounds: int) -> list[dict]:
     import torch
 
     from pit.models import build_model
-    from pit.training.allocator import retain_freed_memory
+    from pit.training.allocator import policy
     from pit.training.bench import ARMS, SIZES, reference_section, step_rows
     from pit.training.objective import NextTokenLoss
 
-    applied = retain_freed_memory()
-    assert applied == (os.environ.get("PIT_MALLOC") != "system"), "the policy is not the one asked for"
+    assert policy() == os.environ["PIT_MALLOC"], "the policy is not the one asked for"
     size = SIZES["default"]
     batch = torch.randint(0, 50257, (size.batch, size.seq_len + 1), generator=torch.Generator().manual_seed(0))
     models = {
@@ -68,7 +69,7 @@ def main(argv=None) -> None:
                     "--child-rounds",
                     str(args.child_rounds),
                 ],
-                env={**os.environ, "PIT_MALLOC": policy},
+                env=environment({**os.environ, "PIT_MALLOC": policy}),  # the tunables are read at start
                 capture_output=True,
                 text=True,
                 check=True,

@@ -2,7 +2,7 @@
 
 import sys
 
-from pit.commands import main
+from pit.commands import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -60,3 +60,12 @@ def main(argv: list[str] | None = None) -> int:
         # Bad input is one clear line; anything else is a bug and keeps its traceback.
         print(f"pit {args.command}: error: {' '.join(str(err).splitlines())}", file=sys.stderr)
         return 2
+
+
+def entry() -> int:
+    """The `pit` program (console script and `python -m pit`): the host memory policy of the training commands
+    (pit/training/allocator.py, which re-executes the process once to set it), then `main`."""
+    from pit.training.allocator import reexec_with_policy
+
+    reexec_with_policy(sys.argv[1:])
+    return main()

@@ -11,11 +11,9 @@ import json
 from pit.core.linalg import cpu_threads
 from pit.errors import PitError
 from pit.training import bench
-from pit.training.allocator import retain_freed_memory
 
 
 def run(args: argparse.Namespace) -> int:
-    retain_freed_memory()  # measure the step as `pit train` runs it (pit/training/allocator.py)
     if args.threads is not None and args.threads < 1:
         raise PitError(f"--threads {args.threads}; expected an integer >= 1")
     with cpu_threads(args.threads):

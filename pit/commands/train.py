@@ -15,11 +15,8 @@ from pit.training.args import PretrainArgs
 
 
 def run_training(args: argparse.Namespace, args_class, train, summary_line) -> int:
-    """`pit train` / `pit lora train`: the memory policy, the checked settings, the run, its summary line (or one
-    line saying that --out already holds this run, finished)."""
-    from pit.training.allocator import retain_freed_memory
-
-    retain_freed_memory()  # pit/training/allocator.py: no page faults from per-step tensors; PIT_MALLOC=system opts out
+    """`pit train` / `pit lora train`: the checked settings, the run, its summary line (or one line saying that
+    --out already holds this run, finished). The host memory policy is set as `pit` starts (training/allocator.py)."""
     settings = args_class.from_dict(run_spec(args))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     summary = train(settings, args.out, overwrite=args.overwrite)
