@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+from pit.training.allocator import environment
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # A small real corpus: the first 60 files of this interpreter's standard library (pit data download's spec).
@@ -239,4 +241,6 @@ def killed_at(event: str, match: str, argv: list[str]) -> subprocess.CompletedPr
         body = f"sys.argv = {argv[1:]!r}\nrunpy.run_module({argv[1]!r}, run_name='__main__', alter_sys=True)\n"
     else:
         body = f"sys.argv = ['-c', *{argv[2:]!r}]\nexec(compile({argv[1]!r}, '<killed_at>', 'exec'))\n"
-    return subprocess.run([sys.executable, "-c", hook + body], capture_output=True, text=True)
+    # started as `pit` re-executes itself (pit/training/allocator.py), so the hook lives in the process that runs
+    env = environment()
+    return subprocess.run([sys.executable, "-c", hook + body], capture_output=True, text=True, env=env)

@@ -32,7 +32,7 @@ import pytest
 import yaml
 from helpers import DEFAULT_CONFIG, Project, files_under, job_counts, job_outputs, mtimes, run, snakemake_cmd
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline")]  # one worker builds the shared run
 
 
 def dvc(project: Project, *args: str, cwd: Path | None = None, env: dict | None = None) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers import PAPER_CONFIG, job_counts, snakemake
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline")]  # one worker builds the shared run
 
 
 @pytest.fixture(scope="module")
