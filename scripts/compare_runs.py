@@ -4,8 +4,8 @@ every run's metrics.jsonl, byte for byte once the wall-clock fields are taken ou
     python3 scripts/compare_runs.py OLD_ROOT NEW_ROOT
 
 Wall-clock fields differ between any two runs and are left out: `time_s` and `tokens_per_s` of metrics.jsonl
-rows, the `runtime` column of table1. Everything else (losses, learning rates, gradient norms, Delta_TI, every
-table cell) must be the same text. Exit status 1 when anything differs or is missing.
+rows, the `runtime` (now `runtime_min`) column of table1. Everything else (losses, learning rates, gradient norms,
+Delta_TI, every table cell) must be the same text. Exit status 1 when anything differs or is missing.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 WALL_CLOCK_KEYS = {"time_s", "tokens_per_s"}
-WALL_CLOCK_COLUMNS = {"runtime"}
+WALL_CLOCK_COLUMNS = {"runtime", "runtime_min"}
 
 
 def metrics_text(path: Path) -> str:

@@ -83,7 +83,8 @@ def write_config(path: Path, edit) -> Path:
 
 
 def reduced(config: dict) -> dict:
-    """The default profile cut to minutes: two slots, two interfaces, a few steps, one post-training task."""
+    """The default profile cut to minutes: two slots, two interfaces (and the teacher arm pit-head), a few steps, one
+    post-training task."""
     config["context_length"] = 32
     config["corpus"]["max_documents"] = 60
     config["tokenizers"]["bpe32k"]["vocab_size"] = 2000
@@ -103,6 +104,7 @@ def reduced(config: dict) -> dict:
     p["mode_train"] = {"teacher": {"lr": 1.0e-3}, "scratch": {}}
     p["stand_in_teacher"] = {"max_steps": 4}
     post = config["posttrain"]
+    post["interfaces"] = ["pit", "tt"]  # the teacher arm pit-head is pretrained, not post-trained
     post["tasks"] = {"mbpp": ["humaneval"]}
     post["lora"].update(max_steps=2, batch_size=2, seq_len=64, checkpoint_every=1, side_effect_windows=2, limit=16)
     post["evaluate"].update(limit=2, max_new_tokens=8)

@@ -34,6 +34,17 @@ def test_every_arm_has_a_run_folder_and_pit_stays_consistent(pipeline):
             assert (run / "final" / "model.safetensors").is_file()
             spec = json.loads((run / "run.json").read_text())
             assert spec["run_name"] == f"{mode}-{slot}-{kind}"
+    # the teacher arm pit-head: PIT with the head-keeping init, consistent, and it starts from the teacher's head
+    head = workdir / "results/pretrain/teacher/256m/pit-head"
+    spec = json.loads((head / "run.json").read_text())["params"]["train"]
+    assert spec["interface"] == {**spec["interface"], "kind": "pit", "t_init": "power", "t_power": 1.0}
+    assert max(json.loads(x)["delta_ti"] for x in (head / "metrics.jsonl").read_text().splitlines()) < 1e-4
+    first = {
+        k: json.loads((head.parent / k / "summary.json").read_text())["first_step_loss"]
+        for k in ("pit", "pit-head", "tt")
+    }
+    assert first["pit-head"] < first["pit"] and abs(first["pit-head"] - first["tt"]) < abs(first["pit"] - first["tt"])
+    assert not (workdir / "results/posttrain/teacher/256m/pit-head").exists()  # not in posttrain.interfaces
     teacher_run = json.loads((workdir / "results/pretrain/teacher/256m/pit/run.json").read_text())
     assert teacher_run["params"]["train"]["model"] == "results/teachers/256m/final"
     assert (workdir / "results/teachers/256m/final/config.json").is_file()
@@ -60,6 +71,7 @@ def test_runs_are_in_the_project_mlflow_store(pipeline):
             "stand-in-teacher-256m",
             "summary-default",
             "teacher-256m-pit",
+            "teacher-256m-pit-head",
             "teacher-256m-tt",
         ]
     )
@@ -95,8 +107,15 @@ def test_tables_figures_and_report(pipeline):
         image = Image.open(workdir / f"results/figures/{png}.png")
         assert image.size[0] > 300 and image.size[1] > 200
         assert len(np.unique(np.asarray(image.convert("L")))) > 20, f"{png} looks blank"
+    table1 = (workdir / "results/tables/table1.csv").read_text()
+    assert "PIT-head" in table1 and "first_loss" in table1 and "paper_runtime_min" in table1
     report = (workdir / "results/REPORT.md").read_text()
     assert "Table 1" in report and "Table 2" in report and "paper_train_loss" in report
+    # what produced the numbers, and what they can be compared with
+    assert "`gpt2-tiny` (a GPT-2 stand-in teacher pretrained by this pipeline; 2 layers, d = 64" in report
+    vocab = json.loads((workdir / "results/pretrain/scratch/303m/tt/run.json").read_text())["params"]["vocab_size"]
+    assert f"scratch slot 303m: `scratch-tiny` (trained from scratch; 2 layers, d = 64, V = {vocab:,}" in report
+    assert "device cpu" in report and "only entries comparable with the paper" in report
     assert "figures/figure3_scratch_loss.png" in report
 
 
@@ -132,11 +151,13 @@ def test_post_training_fills_table4_with_scores_gains_and_side_effects(pipeline)
     assert "Table 4" in (workdir / "results/REPORT.md").read_text()
 
 
-def test_paper_profile_dry_run_has_twelve_gpu_pretraining_jobs(tmp_path):
+def test_paper_profile_dry_run_has_fifteen_gpu_pretraining_jobs(tmp_path):
     proc = snakemake(tmp_path, "-n", "-p", "pretrain_all", "--configfile", str(PAPER_CONFIG))
     counts = job_counts(proc.stdout)
-    assert counts["pretrain"] == 12 and "pretrain_stand_in_teacher" not in counts
-    assert proc.stdout.count("gpus=1") >= 12
+    assert (
+        counts["pretrain"] == 15 and "pretrain_stand_in_teacher" not in counts
+    )  # 3 teacher slots x (pit, pit-head, tt)
+    assert proc.stdout.count("gpus=1") >= 15
     assert "cerebras/Cerebras-GPT-256M" in proc.stdout and "scratch-1.17b" in proc.stdout
 
 

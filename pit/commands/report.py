@@ -17,7 +17,8 @@ from pit.reporting.report import build_report
 def cmd_report(args: argparse.Namespace) -> int:
     config = read_config(args.config, "--config")
     out = Path(args.out)
-    write_text(out, build_report(config, Path(args.tables), Path(args.figures), out))
+    runs = Path(args.runs) if Path(args.runs).is_dir() else None
+    write_text(out, build_report(config, Path(args.tables), Path(args.figures), out, runs))
     print(f"report: {out}")
     return 0
 
@@ -32,4 +33,7 @@ def register(sub) -> None:
     p.add_argument("--tables", default="results/tables")
     p.add_argument("--figures", default="results/figures")
     p.add_argument("--out", default="results/REPORT.md")
+    p.add_argument(
+        "--runs", default="results/pretrain", help="pretraining run folders (model sizes, vocabulary, tokens)"
+    )
     p.set_defaults(func=cmd_report)

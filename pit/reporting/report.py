@@ -6,19 +6,29 @@ beside the paper's) and links every figure, with the notes needed to read them.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pit.errors import PitError
+from pit.io import read_json
 
 NOTES = {
     "table2": [
         "`raw` compares the anchors of Eqs. 1-2 (B_in = E, B_out = pinv(W_out)); `polar` compares the "
-        "orthonormal polar factors of E and W_out^T, as Section 5.5 words it. With exact transpose tying the "
-        "polar factors coincide, so TT reads 0 in the polar variant; the paper's non-zero TT values match the raw "
-        "variant's behaviour. PIT reads 0 in both because pinv(T Z^T) = Z T^-1.",
+        "orthonormal polar factors of E and W_out^T, as Section 5.5 words it. PIT reads 0 in both because "
+        "pinv(T Z^T) = Z T^-1: these structural zeros are the only entries comparable with the paper.",
+        "An exactly tied TT (W_out = E^T) has principal angle 0 in both variants, so the paper's non-zero TT angles "
+        "(0.009-0.069 rad) come from neither reading, and its TT cosine and Procrustes values cannot be matched "
+        "either: raw Procrustes grows like the square of E's singular values (pinv(E^T) vs E), so our raw TT values "
+        "are on another scale. Do not read the TT columns against the paper's.",
         "Principal angles are computed from the sine side in float64: an exactly consistent interface reads "
         "about 1e-7 rad or below. The paper's PIT angles (3-5e-4 rad) are the resolution of arccos in FP32 near 1 "
         "(arccos(1 - 6e-8) = 3.5e-4).",
+    ],
+    "table3": [
+        "The XL row reads Eq. 17 with q/o projections of width d = 1600 and key/value width d/4 = 400 (20 heads of "
+        "80, 5 KV heads): 1167.5M parameters, the paper's 1.17B. With 24 heads, d_head = floor(1600/24) = 66 gives "
+        "1164.9M, which rounds to 1.16B. These are parameter counts from the architecture, computed exactly.",
     ],
     "table4": [
         "Scores are in %: pass@1 from executing the unit tests in a sandbox (MBPP, HumanEval) and numeric exact "
@@ -29,29 +39,83 @@ NOTES = {
         "`kl_<task>` = mean KL(p_before || p_after) of the next-token distributions (nats/token), "
         "`val_loss_change_<task>` = validation loss after minus before, `interface_change_<task>` = relative "
         "Frobenius change of E or W_out (0 when the interface is frozen). Sets in `standin_data` are offline "
-        "stand-ins, not the real benchmarks; `problems` = problems scored per set.",
+        "stand-ins, not the real benchmarks; `problems` = problems scored per set. One seed, no intervals.",
     ],
     "table1": [
-        "Training loss = mean of the last `final_loss_window` steps; PPL = exp(loss); runtime = wall-clock time "
-        "of the optimizer steps. The paper does not give its budget, learning rate or hardware: compare shapes "
-        "and orderings, not absolute values, unless the paper profile ran.",
+        "first_loss = training loss of the first step; train_loss = mean of the last `final_loss_window` steps; "
+        "PPL = exp(loss). runtime_min sums the wall time of the optimizer steps only (no evaluation, checkpoints "
+        "or start-up), in minutes, on the machine named above, which other jobs shared; paper_runtime_min is the "
+        "paper's runtime in the same unit. One seed per arm, no intervals: differences between arms carry no "
+        "stated uncertainty.",
+        "Teacher mode: PIT with the paper's init (T = I, Z = polar factor of E0) replaces the teacher's head "
+        "W_out = E0^T = H U^T by U^T, so it starts far above the teacher (first_loss). PIT-head (`t_init: power`, "
+        "T = H / sigma^2 with sigma^2 moved into the final norm) keeps the teacher's head exactly and changes "
+        "only its input embedding (docs/models.md). Any early rise of the TT loss in teacher mode is data order: "
+        "the untied arm sees the same batches and rises the same way; it is not evidence about the interface.",
+        "The paper does not give its budget, learning rate or hardware: compare shapes and orderings, not "
+        "absolute values, unless the paper profile ran.",
     ],
 }
 
 
-def describe_profile(config: dict) -> list[str]:
-    """What was run: profile, corpus, slots and arms, steps and batch, the post-training setup (Markdown bullets)."""
+def slot_model(mode: str, entry: dict) -> tuple[str, str]:
+    """(model name, how it got there) of one Table 1 slot."""
+    if mode == "scratch":
+        return entry["model"], "trained from scratch"
+    if "stand_in" in entry:
+        return entry["stand_in"], "a GPT-2 stand-in teacher pretrained by this pipeline"
+    return entry["teacher"], "the teacher checkpoint"
+
+
+def architecture(name: str) -> str:
+    """'2 layers, d = 64' for a registered model name; '' for a hub id or a folder."""
+    from pit.models.configs import get_spec
+
+    try:
+        spec = get_spec(name)
+    except Exception:  # not a registered name: a hub id or a local checkpoint
+        return ""
+    layers, d = getattr(spec, "n_layers", None) or spec.n_layer, getattr(spec, "d_model", None) or spec.n_embd
+    return f"{layers} layers, d = {d}"
+
+
+def run_facts(runs: Path | None, mode: str, slot: str) -> str:
+    """'V = 21,630, 1.2M parameters, 20,480 tokens, cpu' from the slot's first arm that ran (run.json, summary.json)."""
+    if runs is None:
+        return ""
+    for arm in sorted((runs / mode / slot).glob("*/run.json")):
+        params = read_json(arm)["params"]
+        tokens = read_json(arm.with_name("summary.json"))["tokens"] if arm.with_name("summary.json").is_file() else 0
+        return (
+            f"V = {params['vocab_size']:,} (actual tokenizer), {params['parameters'] / 1e6:.1f}M parameters, "
+            f"{tokens:,} training tokens per arm, device {params['device']} x {params['world_size']}"
+        )
+    return ""
+
+
+def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
+    """What was run: profile, corpus, the model behind each slot with its real vocabulary and size, arms, steps and
+    batch, the post-training setup (Markdown bullets)."""
     p = config["pretrain"]
+    corpus = config["corpus"]
+    where = corpus.get("glob") if corpus["source"] == "local" else corpus.get("dataset", corpus["name"])
     lines = [
         f"- Profile: `{config['profile']}`; context {config['context_length']} tokens; corpus "
-        f"`{config['corpus']['name']}` ({config['corpus']['source']})."
+        f"`{corpus['name']}` ({corpus['source']}: `{where}`, at most {corpus.get('max_documents') or 'all'} "
+        "documents)."
     ]
+    extra = list(p.get("teacher_arms", {}))  # teacher arms sit right after pit (workflow/rules/common.smk)
+    arms = {"teacher": [a for i in p["interfaces"] for a in ([i, *extra] if i == "pit" else [i])]}
+    arms["scratch"] = p["interfaces"]
     for mode, slots in (("teacher", p["teacher_slots"]), ("scratch", p["scratch_slots"])):
         for slot, entry in slots.items():
-            what = entry.get("teacher") or (
-                f"stand-in `{entry['stand_in']}` pretrained here" if "stand_in" in entry else f"`{entry['model']}`"
+            name, how = slot_model(mode, entry)
+            shape = ", ".join(x for x in (architecture(name), run_facts(runs, mode, slot)) if x)
+            lines.append(
+                f"- {mode} slot {slot}: `{name}` ({how}{'; ' + shape if shape else ''}); arms {', '.join(arms[mode])}."
             )
-            lines.append(f"- {mode} slot {slot}: {what}; arms {', '.join(p['interfaces'])}.")
+    for arm, overrides in p.get("teacher_arms", {}).items():
+        lines.append(f"- Teacher arm `{arm}`: PIT with {', '.join(f'{k} = {v}' for k, v in overrides.items())}.")
     steps = {m: {**p["train"], **p["mode_train"].get(m, {})}["max_steps"] for m in ("teacher", "scratch")}
     z = "trainable" if p["interface"]["trainable_z"] else "frozen"
     lines.append(
@@ -63,17 +127,18 @@ def describe_profile(config: dict) -> list[str]:
         lora = post["lora"]
         lines.append(
             f"- Post-training: LoRA r={lora['rank']}, alpha={lora['alpha']}, {lora['max_steps']} steps of "
-            f"{lora['batch_size']} examples on {', '.join(post['tasks'])} ({post['data_source']} data); "
-            f"evaluation on {post['evaluate']['limit'] or 'all'} problems per set."
+            f"{lora['batch_size']} examples on {', '.join(post['tasks'])} ({post['data_source']} data) for arms "
+            f"{', '.join(post.get('interfaces') or arms['teacher'])}; evaluation on "
+            f"{post['evaluate']['limit'] or 'all'} problems per set."
         )
     return lines
 
 
-def build_report(config: dict, tables: Path, figures: Path, out: Path) -> str:
-    """REPORT.md's text: what was run, every table of `tables` with its notes, every figure of `figures`
-    linked relative to `out`."""
+def build_report(config: dict, tables: Path, figures: Path, out: Path, runs: Path | None = None) -> str:
+    """REPORT.md's text: what was run (from `config` and the pretraining run folders under `runs`), every table of
+    `tables` with its notes, every figure of `figures` linked relative to `out`."""
     try:
-        profile = describe_profile(config)
+        profile = describe_profile(config, runs)
     except (KeyError, TypeError, AttributeError) as err:
         raise PitError(
             f"config has no {err} (or a value of another kind); expected the pipeline config (config/config.yaml, "
@@ -91,8 +156,11 @@ def build_report(config: dict, tables: Path, figures: Path, out: Path) -> str:
     ]
     if config["profile"] != "paper":
         parts += [
-            "This is not the paper profile: models are tiny stand-ins trained for a few steps on a small corpus, "
-            "so absolute numbers are not comparable with the paper's; the interface metrics (Table 2) are.",
+            "This is not the paper profile: models are tiny stand-ins (above) trained for a few steps on a small "
+            "corpus, so no loss, perplexity, runtime or score here is comparable with the paper's. Comparable "
+            "with the paper: Table 3 (parameter counts of the paper's architectures, computed exactly) and PIT's "
+            "structural zeros in Table 2 (they hold at any scale). Everything else shows that the machinery runs; "
+            "with one seed per arm, no ordering between arms here is evidence for or against the paper.",
             "",
         ]
     for name in ("table1", "table2", "table3", "table4"):
@@ -102,5 +170,5 @@ def build_report(config: dict, tables: Path, figures: Path, out: Path) -> str:
             parts += [f"> {n}" for n in NOTES.get(name, [])] + [""]
     parts += ["## Figures", ""]
     for png in sorted(figures.glob("*.png")):
-        parts += [f"![{png.stem}]({png.relative_to(out.parent).as_posix()})", ""]
+        parts += [f"![{png.stem}]({Path(os.path.relpath(png, out.parent)).as_posix()})", ""]
     return "\n".join(parts)

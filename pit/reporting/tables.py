@@ -17,8 +17,15 @@ from pit.io import file_set_complete, read_json, write_file_set
 from pit.reporting.paper import paper_value, paper_values
 
 MODE_ORDER = {"teacher": 0, "scratch": 1}
-METHOD_ORDER = {"tt": 0, "pit": 1, "untied": 2}
-METHOD_NAME = {"tt": "TT", "pit": "PIT", "untied": "Untied"}
+# arms: TT, PIT with the paper's init, PIT teacher arms (`pretrain.teacher_arms`, e.g. pit-head), untied
+METHOD_ORDER = {"tt": 0, "pit": 1, "pit-head": 2, "untied": 3}
+METHOD_NAME = {"tt": "TT", "pit": "PIT", "pit-head": "PIT-head", "untied": "Untied"}
+
+
+def method_order(kind: str) -> float:
+    return METHOD_ORDER.get(kind, 2.5 if kind.startswith("pit-") else 9)
+
+
 TASK_ORDER = {"mbpp": 0, "humaneval": 1, "gsm8k": 2, "svamp": 3}  # the paper's column order
 
 
@@ -31,13 +38,12 @@ def slot_key(slot: str) -> tuple[float, str]:
         return float("inf"), slot
 
 
-def runtime_text(seconds: float | None) -> str:
-    """Wall-clock seconds as the paper writes runtimes: '1h 24m', or '3m 07s' under an hour."""
-    if seconds is None or not math.isfinite(seconds):
-        return ""
-    h, rem = divmod(int(round(seconds)), 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h {m:02d}m" if h else f"{m}m {s:02d}s"
+def runtime_minutes(text: str | None) -> float | None:
+    """A runtime as the paper writes it ('1h 24m') in minutes (84.0); None stays None."""
+    if text is None:
+        return None
+    units = {"h": 60.0, "m": 1.0, "s": 1 / 60}
+    return sum(float(part[:-1]) * units[part[-1]] for part in str(text).split())
 
 
 def run_paths(root: str | Path, name: str) -> list[tuple[str, str, str, Path]]:
@@ -49,7 +55,7 @@ def run_paths(root: str | Path, name: str) -> list[tuple[str, str, str, Path]]:
             f"no {name} under {str(root)!r}: run the stage that makes them first "
             f"(expected {root}/<mode>/<slot>/<interface>/{name})"
         )
-    return sorted(found, key=lambda r: (MODE_ORDER.get(r[0], 9), slot_key(r[1]), METHOD_ORDER.get(r[2], 9)))
+    return sorted(found, key=lambda r: (MODE_ORDER.get(r[0], 9), slot_key(r[1]), method_order(r[2])))
 
 
 def find_runs(root: str | Path, filename: str) -> list[tuple[str, str, str, dict]]:
@@ -58,7 +64,9 @@ def find_runs(root: str | Path, filename: str) -> list[tuple[str, str, str, dict
 
 
 def table1(runs_root: str | Path) -> pd.DataFrame:
-    """Table 1: final training loss, training PPL and runtime per slot and method."""
+    """Table 1: first-step and final training loss, training PPL, validation loss and runtime per slot and arm.
+    Runtimes in minutes, ours and the paper's: ours sums the optimizer steps' wall time (no evaluation, no
+    checkpoints) on whatever machine ran them."""
     rows = []
     for mode, slot, kind, s in find_runs(runs_root, "summary.json"):
         p = paper_value("table1", mode, slot, kind)
@@ -67,13 +75,14 @@ def table1(runs_root: str | Path) -> pd.DataFrame:
                 "mode": mode,
                 "slot": slot,
                 "method": METHOD_NAME.get(kind, kind),
+                "first_loss": s["first_step_loss"],
                 "train_loss": s["final_train_loss"],
                 "train_ppl": s["final_train_ppl"],
-                "runtime": runtime_text(s["runtime_s"]),
                 "val_loss": s["val_loss"],
+                "runtime_min": s["runtime_s"] / 60,
                 "paper_train_loss": p.get("loss"),
                 "paper_train_ppl": p.get("ppl"),
-                "paper_runtime": p.get("runtime"),
+                "paper_runtime_min": runtime_minutes(p.get("runtime")),
             }
         )
     return pd.DataFrame(rows)
@@ -112,6 +121,8 @@ def table3() -> pd.DataFrame:
                 "d_model": r["d_model"],
                 "n_heads": r["n_heads"],
                 "n_kv_heads": r["n_kv_heads"],
+                "d_head": r["d_head"],
+                "kv_width": r["kv_width"],
                 "d_ff": r["d_ff"],
                 "params_m": r["params"] / 1e6,
                 "paper_params_m": p["params"] / 1e6 if p else None,
@@ -206,7 +217,8 @@ def table4(post_root: str | Path) -> pd.DataFrame:
 
 BUILDERS = {"table1": table1, "table2": table2, "table3": table3, "table4": table4}
 TITLES = {
-    "table1": "Table 1. Effects of weight tying on LM training (final training loss, training PPL, runtime)",
+    "table1": "Table 1. Effects of weight tying on LM training (first-step and final training loss, training PPL, "
+    "validation loss, runtime in minutes)",
     "table2": "Table 2. Token-interface consistency (0 = perfect agreement); raw = anchors of Eqs. 1-2, "
     "polar = polar factors (Section 5.5)",
     "table3": "Table 3. Scratch-model architectures (V = 32,000, tied embeddings)",

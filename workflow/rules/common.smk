@@ -146,9 +146,23 @@ TEACHER_SLOTS = list(PRETRAIN["teacher_slots"])
 SCRATCH_SLOTS = list(PRETRAIN["scratch_slots"])
 STAND_IN_SLOTS = [s for s in TEACHER_SLOTS if "stand_in" in PRETRAIN["teacher_slots"][s]]
 INTERFACES = list(PRETRAIN["interfaces"])
+TEACHER_ARMS = PRETRAIN.get("teacher_arms", {})  # more PIT arms of the teacher slots: arm -> `interface` overrides
 MODES = {"teacher": TEACHER_SLOTS, "scratch": SCRATCH_SLOTS}
+MODE_ARMS = {  # the arms of each mode's slots; a teacher arm sits right after `pit`
+    "teacher": [a for i in INTERFACES for a in ([i, *TEACHER_ARMS] if i == "pit" else [i])],
+    "scratch": INTERFACES,
+}
+ARMS = list(dict.fromkeys(MODE_ARMS["teacher"] + MODE_ARMS["scratch"]))
 PRETRAIN_RES = PRETRAIN["resources"]  # threads, gpus, mem_mb, runtime (partition) of training and diagnostics jobs
 POST = config["posttrain"]
+POST_ARMS = POST.get("interfaces", ARMS)  # the pretraining arms that get LoRA post-training
+if TEACHER_ARMS and "pit" not in INTERFACES:
+    raise config_error(["pretrain", "teacher_arms"], "teacher arms are PIT arms: pretrain.interfaces must hold pit")
+if set(POST_ARMS) - set(ARMS):
+    raise config_error(
+        ["posttrain", "interfaces"],
+        f"{sorted(set(POST_ARMS) - set(ARMS))}: not a pretraining arm of this profile (expected some of {ARMS})",
+    )
 POST_RES = POST["resources"]  # ... of the LoRA and evaluation jobs
 LORA_TASKS = list(POST["tasks"])  # LoRA task -> its out-of-domain evaluation tasks
 LOSS_FIGURES = {"3": "scratch", "4": "teacher"}  # Figure number -> the mode whose loss curves it shows
@@ -164,7 +178,7 @@ def tokenizers_of_kind(kind):
 wildcard_constraints:
     mode=name_pattern(MODES),
     slot=name_pattern(TEACHER_SLOTS + SCRATCH_SLOTS),
-    interface=name_pattern(INTERFACES),
+    interface=name_pattern(ARMS),
     task=name_pattern(LORA_TASKS),
     tokenizer=name_pattern(TOKENIZERS),
     split=name_pattern(SPLITS),
@@ -228,7 +242,18 @@ def final_model(mode, slot, interface):
 
 def pretrain_runs():
     """(mode, slot, interface) of every pretraining arm in this profile."""
-    return [(m, s, i) for m, slots in MODES.items() for s in slots for i in INTERFACES]
+    return [(m, s, i) for m, slots in MODES.items() for s in slots for i in MODE_ARMS[m]]
+
+
+def posttrain_runs():
+    """The pretraining arms that get LoRA post-training (posttrain.interfaces)."""
+    return [(m, s, i) for m, s, i in pretrain_runs() if i in POST_ARMS]
+
+
+def arm_interface(interface):
+    """The `interface` settings of an arm: the profile's PIT settings, a teacher arm's overrides, its kind."""
+    kind = "pit" if interface in TEACHER_ARMS else interface
+    return {**PRETRAIN["interface"], **TEACHER_ARMS.get(interface, {}), "kind": kind}
 
 
 def run_summaries():
@@ -296,7 +321,7 @@ def posttrain_outputs():
     """Every LoRA run's evaluations and side effects: the post-training stage's final outputs."""
     return [
         lora_file(m, s, i, t, leaf)
-        for m, s, i in pretrain_runs()
+        for m, s, i in posttrain_runs()
         for t in LORA_TASKS
         for leaf in ("eval", "base", "side_effects.json")
     ]
@@ -381,7 +406,7 @@ def train_spec(mode, slot, interface):
     spec.update(
         mode=mode,
         model=teacher_source(slot) if mode == "teacher" else PRETRAIN["scratch_slots"][slot]["model"],
-        interface={**PRETRAIN["interface"], "kind": interface},
+        interface=arm_interface(interface),
         train_data=token_file(tokenizer, "train"),
         val_data=token_file(tokenizer, "val"),
         tokenizer=tokenizer_dir(tokenizer),
@@ -486,7 +511,7 @@ def check_run_specs():
         return
     specs = [("train", train_spec(m, s, i), ["pretrain", "mode_train", m]) for m, s, i in pretrain_runs()]
     specs += [("train", stand_in_spec(s), ["pretrain", "stand_in_teacher"]) for s in STAND_IN_SLOTS]
-    specs += [("lora", lora_spec(m, s, i, t), None) for m, s, i in pretrain_runs() for t in LORA_TASKS]
+    specs += [("lora", lora_spec(m, s, i, t), None) for m, s, i in posttrain_runs() for t in LORA_TASKS]
     for kind, spec, override in specs:
         try:
             (LoraArgs if kind == "lora" else PretrainArgs).from_dict(spec)

@@ -125,4 +125,4 @@ rule report_md:
     params:
         config=json_arg(config),
     shell:
-        logged("pit report --config {params.config} --out {output}")
+        logged(f"pit report --config {{params.config}} --runs {PRETRAIN_ROOT} --out {{output}}")
