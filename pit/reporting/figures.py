@@ -51,7 +51,7 @@ def loss_curves(root: Path, mode: str, out: Path, profile: str) -> None:
     """Figure 3 (scratch) / Figure 4 (teacher): training loss vs tokens seen."""
     slots = runs_by_slot(root, mode)
     fig, axes = plt.subplots(1, len(slots), figsize=(4.2 * len(slots), 3.4), squeeze=False)
-    for ax, (slot, runs) in zip(axes[0], sorted(slots.items()), strict=True):
+    for ax, (slot, runs) in zip(axes[0], slots.items(), strict=True):  # slots in size order (runs_by_slot)
         for kind, rows in runs:
             ok = [r for r in rows if math.isfinite(r["loss"])]
             ax.plot(
