@@ -33,8 +33,9 @@ def paper_on_slurm(tmp_path_factory) -> str:
 
 def test_paper_dag_under_slurm_has_every_stage(paper_on_slurm):
     counts = job_counts(paper_on_slurm)
-    assert counts["pretrain"] == 12 and "pretrain_stand_in_teacher" not in counts  # 3 + 3 slots x PIT, TT
-    assert counts["diagnose"] == 12
+    # 3 teacher slots x (PIT, PIT-head, TT) + 3 scratch slots x (PIT, TT)
+    assert counts["pretrain"] == 15 and "pretrain_stand_in_teacher" not in counts
+    assert counts["diagnose"] == 15
     for rule in ("table1", "table2", "table3", "table4", "report_md", "mlflow_summary"):
         assert counts[rule] == 1, rule
     paper = yaml.safe_load(PAPER_CONFIG.read_text())
