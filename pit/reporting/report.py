@@ -73,10 +73,11 @@ def architecture(name: str) -> str:
 
     try:
         spec = get_spec(name)
-    except Exception:  # not a registered name: a hub id or a local checkpoint
+    except PitError:  # not a registered name: a hub id or a local checkpoint
         return ""
-    layers, d = getattr(spec, "n_layers", None) or spec.n_layer, getattr(spec, "d_model", None) or spec.n_embd
-    return f"{layers} layers, d = {d}"
+    if hasattr(spec, "n_layers"):  # scratch family (ScratchSpec)
+        return f"{spec.n_layers} layers, d = {spec.d_model}"
+    return f"{spec.n_layer} layers, d = {spec.n_embd}"  # GPT-2 family (TeacherSpec)
 
 
 def run_facts(runs: Path | None, mode: str, slot: str) -> str:
