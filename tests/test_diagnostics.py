@@ -244,6 +244,7 @@ def test_cli_json_and_out(checkpoint, val_file, tmp_path, capsys):
         "direct_path",
         "val",
         "layerwise",
+        "lens",
     }
     assert set(d["raw"]) == set(d["polar"]) == {"cosine_distance", "procrustes_error", "principal_angle"}
     assert json.loads(out.read_text()) == d

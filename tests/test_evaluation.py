@@ -321,6 +321,8 @@ def test_cli_evaluates_several_tasks_with_one_model_load(tmp_path):
     assert run.data.metrics == {
         "lora/gsm8k/accuracy": printed["gsm8k"]["accuracy"],
         "lora/svamp/accuracy": printed["svamp"]["accuracy"],
+        "lora/gsm8k/nll": printed["gsm8k"]["nll"],
+        "lora/svamp/nll": printed["svamp"]["nll"],
     }
     assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"gsm8k.json", "svamp.json"}
     proc = run_pit("evaluate", "gsm8k", "svamp", "--model", str(ckpt), "--out", str(tmp_path / "x.json"))

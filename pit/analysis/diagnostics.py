@@ -1,14 +1,14 @@
 """`pit diagnose`: the interface diagnostics of one checkpoint (paper Sections 3 and 5.5, Table 2, Figure 2),
 all in float64: Delta_TI, raw and polar anchor agreement and the direct path (pit/core/metrics.py), the
-direct path against bigram statistics and layerwise consistency (pit/analysis/layerwise.py) on held-out
-tokens. Formulas and conventions: docs/diagnostics.md.
+direct path against bigram statistics, layerwise consistency and the logit lens's KL / cross-entropy in bits
+(pit/analysis/layerwise.py) on held-out tokens. Formulas and conventions: docs/diagnostics.md.
 """
 
 from __future__ import annotations
 
 import torch
 
-from pit.analysis.layerwise import check_vocab, layerwise_consistency, window_starts
+from pit.analysis.layerwise import check_vocab, layerwise_consistency, lens_metrics, window_starts
 from pit.core.metrics import bigram_fit, interface_metrics
 from pit.data.reader import TokenFile
 from pit.models.access import interface_kind, interface_matrices
@@ -41,12 +41,14 @@ def diagnose(
         "direct_path": {"asymmetry": metrics["asymmetry"], "bigram": None},
         "val": None,
         "layerwise": None,
+        "lens": None,
     }
     if val_data is not None:
         data = TokenFile(val_data)
         check_vocab(model, data)
         out["direct_path"]["bigram"] = bigram_fit(E, W_out, data.tokens[:bigram_tokens])
         out["layerwise"] = layerwise_consistency(model, data, positions, seed, seq_len)
+        out["lens"] = lens_metrics(model, data, positions, seed, seq_len)
         seq_len = min(seq_len, model.config.max_position_embeddings)
         out["val"] = {
             "path": str(val_data),
@@ -77,11 +79,18 @@ def summary(d: dict) -> str:
             f"({bigram['tokens']} tokens)"
         )
     if d["layerwise"] is not None:
-        lines.append(f"  layerwise consistency over {d['val']['positions']} positions (seq_len {d['val']['seq_len']}):")
-        lines.append("    layer   B_in=B_out   B_in=final   B_out=final")
-        for r in d["layerwise"]:
+        lens = d.get("lens")
+        own = "" if lens is None else f"; model CE {lens['final_ce_bits']:.3f} bits"
+        lines.append(
+            f"  layerwise consistency over {d['val']['positions']} positions (seq_len {d['val']['seq_len']}{own}):"
+        )
+        lines.append(
+            "    layer   B_in=B_out   B_in=final   B_out=final" + ("" if lens is None else "   KL bits   CE bits")
+        )
+        for i, r in enumerate(d["layerwise"]):
             lines.append(
                 f"    {r['layer']:>5}   {r['in_out_agreement']:>10.3f}   {r['in_final_agreement']:>10.3f}"
                 f"   {r['out_final_agreement']:>11.3f}"
+                + ("" if lens is None else f"   {lens['kl_bits'][i]:>7.3f}   {lens['ce_bits'][i]:>7.3f}")
             )
     return "\n".join(lines)

@@ -1,11 +1,14 @@
 """Layerwise semantic consistency (paper Figure 2, Section 5.5): the last token's residual state after the
 embedding and after every block, final norm applied, decoded two ways: through the input anchors B_in
 (the row of E with the largest cosine) and through the output anchors (the logit lens, argmax of f W_out).
-A consistent interface decodes both ways alike. Used by `pit diagnose` (agreement rates) and by
+A consistent interface decodes both ways alike. The same states give the logit lens's KL to the final layer
+and its next-token cross-entropy, in bits (`lens_metrics`). Used by `pit diagnose` (agreement rates) and by
 `pit figure transition` (the decoded tokens of a few prompts).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -58,6 +61,54 @@ def layerwise_consistency(
         {"layer": layer, "in_out_agreement": r[0], "in_final_agreement": r[1], "out_final_agreement": r[2]}
         for layer, r in enumerate(rates)
     ]
+
+
+def lens_bits(
+    states: list[torch.Tensor], W_out: torch.Tensor, targets: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(kl, ce), each (L + 1, B) in bits, of the logit lens p_l = softmax(f_l W_out) (Belrose et al. 2023):
+    kl[l] = KL(p_L || p_l) = sum_v p_L(v) (log2 p_L(v) - log2 p_l(v)), p_L the lens of the last state,
+    and ce[l] = -log2 p_l(targets). All in float64; kl[L] is exactly 0."""
+    logp = [torch.log_softmax(f.to(W_out.dtype) @ W_out, dim=-1) for f in states]
+    final = logp[-1]
+    kl = torch.stack([(final.exp() * (final - lp)).sum(-1) for lp in logp])
+    ce = torch.stack([-lp.gather(-1, targets[:, None]).squeeze(-1) for lp in logp])
+    return kl / math.log(2), ce / math.log(2)
+
+
+@torch.no_grad()
+def lens_metrics(
+    model, data: TokenFile, positions: int = 512, seed: int = 0, seq_len: int = 128, batch_size: int = 16
+) -> dict:
+    """The tuned-lens paper's logit-lens measures (Belrose et al. 2023), in bits, averaged over the
+    windows and positions `layerwise_consistency` uses: the last input position of each window, whose next token
+    is the window's extra last token. States are those of `residual_states` (final norm applied), decoded with
+    the float64 W_out. Layer 0 is the embedding output, layer L the last block (whose lens is the model).
+
+    kl_bits[l] = E[KL(p_L || p_l)], ce_bits[l] = E[-log2 p_l(x_{t+1})]; mean_kl_bits averages layers 0..L-1
+    (kl_bits[L] = 0 by construction), mean_ce_bits all L + 1; final_ce_bits = E[-log2 p(x_{t+1})] from the
+    model's own logits, upcast to float64."""
+    check_vocab(model, data)
+    seq_len = min(seq_len, model.config.max_position_embeddings)
+    _, W_out = interface_matrices(model, float64=True)
+    starts = window_starts(data, positions, seq_len, seed)
+    kl_sum = ce_sum = final_sum = 0.0
+    for i in range(0, len(starts), batch_size):
+        rows = data.windows(starts[i : i + batch_size], seq_len).to(W_out.device)
+        ids, targets = rows[:, :-1], rows[:, -1]
+        states, logits = residual_states(model, ids)
+        kl, ce = lens_bits(states, W_out, targets)
+        kl_sum, ce_sum = kl_sum + kl.sum(1), ce_sum + ce.sum(1)
+        final_lp = torch.log_softmax(logits.double(), dim=-1).gather(-1, targets[:, None])
+        final_sum += -final_lp.sum().item() / math.log(2)
+    kl_bits, ce_bits = (kl_sum / len(starts)).tolist(), (ce_sum / len(starts)).tolist()
+    return {
+        "kl_bits": kl_bits,
+        "ce_bits": ce_bits,
+        "mean_kl_bits": sum(kl_bits[:-1]) / max(len(kl_bits) - 1, 1),
+        "mean_ce_bits": sum(ce_bits) / len(ce_bits),
+        "final_ce_bits": final_sum / len(starts),
+    }
 
 
 def check_vocab(model, data: TokenFile) -> None:

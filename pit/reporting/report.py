@@ -35,6 +35,10 @@ NOTES = {
         "match of the final answer (GSM8K, SVAMP); the paper calls all four exact-match accuracy. Each LoRA is "
         "evaluated in-domain (its own task) and out-of-domain; `gain_<task>` is the in-domain score minus the "
         "base model's, in points.",
+        "At small scale every score above is 0, so a continuous measure sits beside it: `nll_<task>` (LoRA model) "
+        "and `base_nll_<task>` (its base) = teacher-forced NLL of the set's reference solutions given the same "
+        "prompts, in nats per reference token (pooled over the problems scored); `nll_gain_<task>` = base minus "
+        "LoRA in-domain (> 0: the LoRA made the references more likely). Not a quantity of the paper.",
         "Side effects (not defined as a number in the paper) are measured on held-out pretraining text: "
         "`kl_<task>` = mean KL(p_before || p_after) of the next-token distributions (nats/token), "
         "`val_loss_change_<task>` = validation loss after minus before, `interface_change_<task>` = relative "
@@ -84,7 +88,7 @@ def run_facts(runs: Path | None, mode: str, slot: str) -> str:
     """'V = 21,630, 1.2M parameters, 20,480 tokens, cpu' from the slot's first arm that ran (run.json, summary.json)."""
     if runs is None:
         return ""
-    for arm in sorted((runs / mode / slot).glob("*/run.json")):
+    for arm in sorted([*(runs / mode / slot).glob("*/run.json"), *(runs / mode / slot).glob("*/seed*/run.json")]):
         params = read_json(arm)["params"]
         tokens = read_json(arm.with_name("summary.json"))["tokens"] if arm.with_name("summary.json").is_file() else 0
         return (
@@ -92,6 +96,23 @@ def run_facts(runs: Path | None, mode: str, slot: str) -> str:
             f"{tokens:,} training tokens per arm, device {params['device']} x {params['world_size']}"
         )
     return ""
+
+
+def data_facts(data: Path, tokenizers: list[str]) -> list[str]:
+    """Per tokenizer: train / val tokens and the validation split's unigram entropy (the no-context baseline loss)."""
+    from pit.data.reader import TokenFile, unigram_entropy
+
+    lines = []
+    for name in tokenizers:
+        if (data / name / "val.bin").is_file() and (data / name / "train.json").is_file():
+            val = TokenFile(data / name / "val.bin")
+            train_tokens = read_json(data / name / "train.json")["tokens"]
+            lines.append(
+                f"- Data `{name}` (V = {val.meta['vocab_size']:,}): {train_tokens:,} train and {val.meta['tokens']:,} "
+                f"validation tokens; unigram entropy of the validation split {unigram_entropy(val):.3f} nats/token "
+                "(a model that ignores context scores this)."
+            )
+    return lines
 
 
 def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
@@ -115,6 +136,15 @@ def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
             lines.append(
                 f"- {mode} slot {slot}: `{name}` ({how}{'; ' + shape if shape else ''}); arms {', '.join(arms[mode])}."
             )
+    if runs is not None:
+        lines += data_facts(runs.parent / "data", list(dict.fromkeys(p["tokenizer"].values())))
+    seeds = config.get("seeds")
+    lines.append(
+        f"- Seeds: {', '.join(map(str, seeds))} (each arm once per seed; a seed sets initialisation, data order and "
+        "the LoRA's; arms with one seed see the same data)."
+        if seeds
+        else f"- Seeds: one run per arm (seed {p['train']['seed']}): no interval on any comparison."
+    )
     for arm, overrides in p.get("teacher_arms", {}).items():
         lines.append(f"- Teacher arm `{arm}`: PIT with {', '.join(f'{k} = {v}' for k, v in overrides.items())}.")
     steps = {m: {**p["train"], **p["mode_train"].get(m, {})}["max_steps"] for m in ("teacher", "scratch")}
@@ -135,6 +165,17 @@ def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
     return lines
 
 
+def claims_section(tables: Path, figures: Path, out: Path) -> list[str]:
+    """The claims table (tables/claims.md) and links to the claims figures, when `pit table claims` ran; else []."""
+    md = tables / "claims.md"
+    if not md.is_file():
+        return []
+    parts = ["## The paper's claims at this scale", "", md.read_text().strip(), ""]
+    for png in sorted(figures.glob("claims_*.png")):
+        parts += [f"![{png.stem}]({Path(os.path.relpath(png, out.parent)).as_posix()})", ""]
+    return parts
+
+
 def build_report(config: dict, tables: Path, figures: Path, out: Path, runs: Path | None = None) -> str:
     """REPORT.md's text: what was run (from `config` and the pretraining run folders under `runs`), every table of
     `tables` with its notes, every figure of `figures` linked relative to `out`."""
@@ -150,12 +191,21 @@ def build_report(config: dict, tables: Path, figures: Path, out: Path, runs: Pat
         "",
         "Tables put our numbers beside the paper's (columns `paper_*`, from `pit/reporting/paper_values.yaml`).",
         "",
+        *claims_section(tables, figures, out),
         "## What was run",
         "",
         *profile,
         "",
     ]
-    if config["profile"] != "paper":
+    if config.get("seeds"):
+        parts += [
+            "This profile tests the paper's claims at laptop scale: tiny models (above) on an offline corpus, each "
+            "arm once per seed. Losses, perplexities and scores are not comparable with the paper's numbers; the "
+            "claims table compares arms with paired 95% intervals over seeds, and its verdicts hold for this scale "
+            "only.",
+            "",
+        ]
+    elif config["profile"] != "paper":
         parts += [
             "This is not the paper profile: models are tiny stand-ins (above) trained for a few steps on a small "
             "corpus, so no loss, perplexity, runtime or score here is comparable with the paper's. Comparable "
@@ -170,6 +220,6 @@ def build_report(config: dict, tables: Path, figures: Path, out: Path, runs: Pat
             parts += [f"## Table {name.removeprefix('table')}", "", md.read_text().strip(), ""]
             parts += [f"> {n}" for n in NOTES.get(name, [])] + [""]
     parts += ["## Figures", ""]
-    for png in sorted(figures.glob("*.png")):
+    for png in sorted(p for p in figures.glob("*.png") if not p.name.startswith("claims_")):  # claims: above
         parts += [f"![{png.stem}]({Path(os.path.relpath(png, out.parent)).as_posix()})", ""]
     return "\n".join(parts)

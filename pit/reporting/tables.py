@@ -8,7 +8,9 @@ pit/reporting/paper_values.yaml (cited to table and row). Runs are found by thei
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -46,21 +48,47 @@ def runtime_minutes(text: str | None) -> float | None:
     return sum(float(part[:-1]) * units[part[-1]] for part in str(text).split())
 
 
-def run_paths(root: str | Path, name: str) -> list[tuple[str, str, str, Path]]:
-    """(mode, slot, interface, path) for every <root>/<mode>/<slot>/<interface>/<name>, in table order."""
+class Run(NamedTuple):
+    """One run's file: <root>/<mode>/<slot>/<interface>/<file>, or .../<interface>/seed<k>/<file> in a profile with
+    `seeds` (seed None for the unseeded layout)."""
+
+    mode: str
+    slot: str
+    interface: str
+    seed: int | None
+    path: Path
+
+
+def _run_of(root: Path, path: Path, name: str) -> Run:
+    parts = path.relative_to(root).parts
+    mode, slot, interface = parts[:3]
+    seeded = len(parts) > 3 and re.fullmatch(r"seed\d+", parts[3]) and len(parts) - 4 == len(Path(name).parts)
+    return Run(mode, slot, interface, int(parts[3][4:]) if seeded else None, path)
+
+
+def run_paths(root: str | Path, name: str) -> list[Run]:
+    """Every <root>/<mode>/<slot>/<interface>/[seed<k>/]<name>, in table order (mode, slot size, arm, seed)."""
     root = Path(root)
-    found = [(*path.relative_to(root).parts[:3], path) for path in root.glob(f"*/*/*/{name}")]
+    found = [_run_of(root, p, name) for pattern in (f"*/*/*/{name}", f"*/*/*/seed*/{name}") for p in root.glob(pattern)]
+    found = [r for r in found if r.seed is not None or len(r.path.relative_to(root).parts) == 3 + len(Path(name).parts)]
     if not found:
         raise PitError(
             f"no {name} under {str(root)!r}: run the stage that makes them first "
-            f"(expected {root}/<mode>/<slot>/<interface>/{name})"
+            f"(expected {root}/<mode>/<slot>/<interface>/[seed<k>/]{name})"
         )
-    return sorted(found, key=lambda r: (MODE_ORDER.get(r[0], 9), slot_key(r[1]), method_order(r[2])))
+    return sorted(
+        found, key=lambda r: (MODE_ORDER.get(r.mode, 9), slot_key(r.slot), method_order(r.interface), r.seed or 0)
+    )
 
 
-def find_runs(root: str | Path, filename: str) -> list[tuple[str, str, str, dict]]:
-    """(mode, slot, interface, json) for every <root>/<mode>/<slot>/<interface>/<filename>, in table order."""
-    return [(mode, slot, kind, read_json(path)) for mode, slot, kind, path in run_paths(root, filename)]
+def find_runs(root: str | Path, filename: str) -> list[tuple[Run, dict]]:
+    """(run, json) for every <root>/<mode>/<slot>/<interface>/[seed<k>/]<filename>, in table order."""
+    return [(run, read_json(run.path)) for run in run_paths(root, filename)]
+
+
+def seed_columns(run: Run) -> dict:
+    """The `seed` column of a table row: present only for runs of a seeded profile."""
+    return {} if run.seed is None else {"seed": run.seed}
 
 
 def table1(runs_root: str | Path) -> pd.DataFrame:
@@ -68,13 +96,15 @@ def table1(runs_root: str | Path) -> pd.DataFrame:
     Runtimes in minutes, ours and the paper's: ours sums the optimizer steps' wall time (no evaluation, no
     checkpoints) on whatever machine ran them."""
     rows = []
-    for mode, slot, kind, s in find_runs(runs_root, "summary.json"):
+    for run, s in find_runs(runs_root, "summary.json"):
+        mode, slot, kind = run.mode, run.slot, run.interface
         p = paper_value("table1", mode, slot, kind)
         rows.append(
             {
                 "mode": mode,
                 "slot": slot,
                 "method": METHOD_NAME.get(kind, kind),
+                **seed_columns(run),
                 "first_loss": s["first_step_loss"],
                 "train_loss": s["final_train_loss"],
                 "train_ppl": s["final_train_ppl"],
@@ -91,9 +121,11 @@ def table1(runs_root: str | Path) -> pd.DataFrame:
 def table2(diag_root: str | Path) -> pd.DataFrame:
     """Table 2: token-interface consistency, both anchor variants (raw Eqs. 1-2, polar Section 5.5)."""
     rows = []
-    for mode, slot, kind, d in find_runs(diag_root, "diagnostics.json"):
+    for run, d in find_runs(diag_root, "diagnostics.json"):
+        mode, slot, kind = run.mode, run.slot, run.interface
         p = paper_value("table2", mode, slot, kind)
-        row = {"mode": mode, "slot": slot, "method": METHOD_NAME.get(kind, kind), "delta_ti": d["delta_ti"]}
+        row = {"mode": mode, "slot": slot, "method": METHOD_NAME.get(kind, kind), **seed_columns(run)}
+        row["delta_ti"] = d["delta_ti"]
         for variant in ("raw", "polar"):
             for key, short in (
                 ("cosine_distance", "cosine"),
@@ -101,6 +133,8 @@ def table2(diag_root: str | Path) -> pd.DataFrame:
                 ("principal_angle", "angle"),
             ):
                 row[f"{variant}_{short}"] = d[variant][key]
+        lens = d.get("lens") or {}  # absent in diagnostics written before the logit-lens measures
+        row.update(lens_kl_bits=lens.get("mean_kl_bits"), lens_ce_bits=lens.get("mean_ce_bits"))
         row.update(paper_cosine=p.get("cosine"), paper_procrustes=p.get("procrustes"), paper_angle=p.get("angle"))
         rows.append(row)
     return pd.DataFrame(rows)
@@ -145,8 +179,9 @@ def _by_task_order(names) -> list[str]:
 
 
 def _lora_record(task_dir: Path) -> tuple[dict, list[dict]]:
-    """One LoRA run <run>/<task>/: its scores and its base model's (in %), the in-domain gain, the side
-    effects; and the raw `pit evaluate` results it read."""
+    """One LoRA run <run>/<task>/: its scores and its base model's (in %), the in-domain gain, the reference
+    NLL of both (nats/token; None in results written before it existed) and its in-domain gain (base - LoRA),
+    the side effects; and the raw `pit evaluate` results it read."""
     task = task_dir.name
     evals, base = ({f.stem: read_json(f) for f in (task_dir / sub).glob("*.json")} for sub in ("eval", "base"))
     if task not in evals or task not in base:
@@ -156,8 +191,12 @@ def _lora_record(task_dir: Path) -> tuple[dict, list[dict]]:
         "scores": {t: metric_percent(r) for t, r in evals.items()},
         "base": {t: metric_percent(r) for t, r in base.items()},
         "gain": metric_percent(evals[task]) - metric_percent(base[task]),
+        "nll": {t: r.get("nll") for t, r in evals.items()},
+        "base_nll": {t: r.get("nll") for t, r in base.items()},
         "side_effects": read_json(task_dir / "side_effects.json"),
     }
+    lora_nll, base_nll = evals[task].get("nll"), base[task].get("nll")
+    record["nll_gain"] = None if lora_nll is None or base_nll is None else base_nll - lora_nll
     return record, [*evals.values(), *base.values()]
 
 
@@ -166,10 +205,11 @@ def posttrain_runs(post_root: str | Path) -> list[dict]:
     the scores of the updated model (<task>/eval/) and of its base (<task>/base/) on the same sets,
     the in-domain gain and the side effects (results/posttrain layout, docs/posttraining.md)."""
     runs = []
-    for mode, slot, kind, _ in run_paths(post_root, "*/side_effects.json"):
-        if runs and (runs[-1]["mode"], runs[-1]["slot"], runs[-1]["interface"]) == (mode, slot, kind):
+    for run in run_paths(post_root, "*/side_effects.json"):
+        mode, slot, kind, seed = run.mode, run.slot, run.interface, run.seed
+        if runs and (runs[-1]["mode"], runs[-1]["slot"], runs[-1]["interface"], runs[-1]["seed"]) == run[:4]:
             continue
-        folder = Path(post_root) / mode / slot / kind
+        folder = run.path.parent.parent
         tasks = {d.name: d for d in folder.iterdir() if (d / "side_effects.json").is_file()}
         lora, results = {}, []
         for task in _by_task_order(tasks):
@@ -180,6 +220,7 @@ def posttrain_runs(post_root: str | Path) -> list[dict]:
                 "mode": mode,
                 "slot": slot,
                 "interface": kind,
+                "seed": seed,
                 "lora": lora,
                 "standin": sorted({r["task"] for r in results if r.get("standin")}),
                 "problems": sorted({r["n"] for r in results}),
@@ -191,13 +232,19 @@ def posttrain_runs(post_root: str | Path) -> list[dict]:
 def _table4_row(run: dict) -> dict:
     p = paper_value("table4", run["mode"], run["slot"], run["interface"])
     row = {"mode": run["mode"], "slot": run["slot"], "method": METHOD_NAME.get(run["interface"], run["interface"])}
+    if run["seed"] is not None:
+        row["seed"] = run["seed"]
     for r in run["lora"].values():
         for t, v in r["scores"].items():
             row[t] = v
             row[f"paper_{t}"] = p.get(t)
+        for t, v in r["nll"].items():
+            row[f"nll_{t}"] = v
+            row[f"base_nll_{t}"] = r["base_nll"].get(t)
     for task, r in run["lora"].items():
         fx = r["side_effects"]
         row[f"gain_{task}"] = r["gain"]
+        row[f"nll_gain_{task}"] = r["nll_gain"]
         row[f"kl_{task}"] = fx["kl"]
         row[f"val_loss_change_{task}"] = fx["val_loss_change"]
         row[f"interface_change_{task}"] = max(fx["embedding_change"], fx["head_change"])
@@ -211,18 +258,25 @@ def table4(post_root: str | Path) -> pd.DataFrame:
     """Table 4 (post-training): each LoRA's scores in-domain / out-of-domain (%), the paper's beside
     them, the in-domain gain over the base model (points) and the update's side effects: KL of the
     next-token distributions and the validation-loss change on held-out pretraining text, and the
-    relative change of the interface (max of ||dE||/||E||, ||dW_out||/||W_out||)."""
+    relative change of the interface (max of ||dE||/||E||, ||dW_out||/||W_out||). Beside the scores, the
+    reference solutions' NLL (nats/token, pit.evaluation.likelihood) of the LoRA model (`nll_<task>`) and of
+    its base (`base_nll_<task>`), and in-domain `nll_gain_<task>` = base - LoRA (> 0: the LoRA helped)."""
     return pd.DataFrame([_table4_row(run) for run in posttrain_runs(post_root)])
 
 
-BUILDERS = {"table1": table1, "table2": table2, "table3": table3, "table4": table4}
+BUILDERS = {"table1": table1, "table2": table2, "table3": table3, "table4": table4}  # claims: pit/reporting/claims.py
 TITLES = {
+    "claims": "Claims. The paper's claims tested at this scale: per arm the mean over seeds and its 95% half-width "
+    "(`*_ci`); `diff` = arm - TT paired by seed with its 95% interval (paired Student-t, mean +- t(0.975, n-1) "
+    "sd / sqrt(n), n seeds); `untied_diff` = untied - TT, for reference. Verdicts hold for this scale only",
     "table1": "Table 1. Effects of weight tying on LM training (first-step and final training loss, training PPL, "
     "validation loss, runtime in minutes)",
     "table2": "Table 2. Token-interface consistency (0 = perfect agreement); raw = anchors of Eqs. 1-2, "
-    "polar = polar factors (Section 5.5)",
+    "polar = polar factors (Section 5.5); lens_kl_bits / lens_ce_bits = logit-lens KL to the final layer (mean over "
+    "layers before the last) and cross-entropy on the next token (mean over all layers), in bits",
     "table3": "Table 3. Scratch-model architectures (V = 32,000, tied embeddings)",
-    "table4": "Table 4. LoRA post-training: pass@1 (MBPP, HumanEval) and exact match (GSM8K, SVAMP), in %",
+    "table4": "Table 4. LoRA post-training: pass@1 (MBPP, HumanEval) and exact match (GSM8K, SVAMP), in %, "
+    "and the reference solutions' NLL in nats/token",
 }
 
 
@@ -250,7 +304,9 @@ def write_table(df: pd.DataFrame, out_stem: str | Path, name: str, profile: str,
     shown = df.copy().astype(object).where(df.notna(), "")
     for c, f in fmt.items():
         shown[c] = df[c].map(f)
-    head = f"**{TITLES[name]}.** Profile: `{profile}`. Columns `paper_*` are the paper's values."
+    head = f"**{TITLES[name]}.** Profile: `{profile}`." + (
+        " Columns `paper_*` are the paper's values." if any(str(c).startswith("paper_") for c in df.columns) else ""
+    )
     md = "\n\n".join([head, shown.to_markdown(index=False), *notes]) + "\n"
     csv = f"# {TITLES[name]}. Profile: {profile}\n" + df.to_csv(index=False)
     latex = shown.to_latex(

@@ -236,6 +236,8 @@ class PretrainArgs(RunArgs):
     """Steps between the Table 2 metrics (raw/polar anchors); 0 = only at the end."""
     eval_batches: int = arg(8, ge=1)
     """Validation windows per evaluation = eval_batches x micro_batch_size."""
+    eval_every: int = arg(0, ge=0)
+    """Steps between validation losses in metrics.jsonl (`val_loss`; the learning curve); 0 = only at the end."""
     final_loss_window: int = arg(10, ge=1)
     """The final training loss is the mean loss of the last N steps."""
     spike_factor: float = arg(3.0, gt=1)

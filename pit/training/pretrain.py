@@ -45,8 +45,9 @@ STALE_OUTPUTS = ("metrics.jsonl", "summary.json", "final")
 REQUIRED_OUTPUTS = ("final",)  # with summary.json: what a finished run folder holds
 
 
-def build_run_model(args: PretrainArgs, vocab_size: int):
-    """Scratch mode: a fresh model from a named spec. Teacher mode: load + convert the interface."""
+def build_run_model(args: PretrainArgs, vocab_size: int, eos_id: int):
+    """Scratch mode: a fresh model from a named spec (a stand-in teacher's BOS/EOS = the data's EOS). Teacher mode:
+    load + convert the interface."""
     iface = InterfaceConfig.from_dict(args.interface)
     if args.mode == "scratch":
         spec = get_spec(args.model)
@@ -55,7 +56,10 @@ def build_run_model(args: PretrainArgs, vocab_size: int):
                 f"model {args.model!r} is a GPT-2 stand-in teacher (tied, as Cerebras-GPT); "
                 f"train it with interface kind 'tt', not {iface.kind!r}"
             )
-        return build_model(args.model, iface, vocab_size=vocab_size, max_seq_len=max(args.seq_len, 256), seed=args.seed)
+        special = {"bos_token_id": eos_id, "eos_token_id": eos_id} if isinstance(spec, TeacherSpec) else {}
+        return build_model(
+            args.model, iface, vocab_size=vocab_size, max_seq_len=max(args.seq_len, 256), seed=args.seed, **special
+        )
     teacher = load_teacher(args.model)
     if teacher.config.vocab_size != vocab_size:
         raise PitError(
@@ -133,7 +137,7 @@ def setup(args: PretrainArgs, folder: RunFolder, device: torch.device, d: Dist) 
     use_bf16, autocast = mixed_precision(args.precision, device)
     train_data, val_data, accum = setup_data(args, d.world)
     vocab = train_data.meta["vocab_size"]
-    model = build_run_model(args, vocab).to(device)
+    model = build_run_model(args, vocab, train_data.meta["eos_id"]).to(device)
     model.train()
     optimizer = torch.optim.AdamW(
         param_groups(model, args.weight_decay, args.lr, args.transform_lr_scale),
@@ -309,6 +313,8 @@ def fit(run: Run) -> tuple[bool, MetricsLog | None]:
     for step in bar:
         row = train_step(run, step_loss, step)
         if d.main:
+            if args.eval_every and (step + 1) % args.eval_every == 0 and step + 1 < args.max_steps:
+                row["val_loss"] = validation_loss(run)  # fixed windows, no random draws: resume stays exact
             metrics.write({**row, **interface_metrics_row(run, step + 1)})
             bar.set_postfix(loss=f"{row['loss']:.4f}")
         if args.checkpoint_every and (step + 1) % args.checkpoint_every == 0 and step + 1 < args.max_steps and d.main:

@@ -130,6 +130,11 @@ def log_path(stage, name):
     return f"results/logs/{stage}/{name}.log"
 
 
+def run_log(stage, run, prefix=""):
+    """The log of a job on one run: results/logs/<stage>/<prefix><mode>_<slot>_<interface>[_seed<k>].log."""
+    return log_path(stage, prefix + "_".join(run[:3]) + ("" if run[3] is None else f"_seed{run[3]}"))
+
+
 def name_pattern(names):
     """A wildcard constraint matching exactly `names` (and nothing when empty)."""
     return "|".join(re.escape(n) for n in names) or "(?!)"
@@ -166,6 +171,9 @@ if set(POST_ARMS) - set(ARMS):
 POST_RES = POST["resources"]  # ... of the LoRA and evaluation jobs
 LORA_TASKS = list(POST["tasks"])  # LoRA task -> its out-of-domain evaluation tasks
 LOSS_FIGURES = {"3": "scratch", "4": "teacher"}  # Figure number -> the mode whose loss curves it shows
+SEEDS = [str(s) for s in config.get("seeds", [])]  # seeds of every arm (study profile); none: one run per arm
+# One run of an arm, as rule wildcards: (mode, slot, interface, seed); seed None without `seeds` (today's paths).
+RUN = ("{mode}", "{slot}", "{interface}", "{seed}" if SEEDS else None)
 
 
 def tokenizers_of_kind(kind):
@@ -183,6 +191,7 @@ wildcard_constraints:
     tokenizer=name_pattern(TOKENIZERS),
     split=name_pattern(SPLITS),
     number=name_pattern(LOSS_FIGURES),
+    seed=name_pattern(SEEDS),
 
 
 # --- Paths: data ------------------------------------------------------------------------------------
@@ -223,31 +232,44 @@ def val_tokens(mode):
 
 # --- Paths: pretraining -----------------------------------------------------------------------------
 
-PRETRAIN_ROOT = "results/pretrain"
+RESULTS_ROOT = "results"  # every stage's folder lies below it
+PRETRAIN_ROOT = f"{RESULTS_ROOT}/pretrain"
 
 
-def run_dir(mode, slot, interface):
-    return f"{PRETRAIN_ROOT}/{mode}/{slot}/{interface}"
+def run_of(wildcards):
+    """The run (mode, slot, interface, seed) a job's wildcards name."""
+    return (wildcards.mode, wildcards.slot, wildcards.interface, wildcards.get("seed"))
 
 
-def run_file(mode, slot, interface, name):
+def run_path(run):
+    """<mode>/<slot>/<interface>, and /seed<k> below it in a profile with `seeds`: a run's place in every stage."""
+    mode, slot, interface, seed = run
+    return f"{mode}/{slot}/{interface}" + ("" if seed is None else f"/seed{seed}")
+
+
+def run_dir(run):
+    return f"{PRETRAIN_ROOT}/{run_path(run)}"
+
+
+def run_file(run, name):
     """A file or folder of a pretraining run folder (summary.json, final, ...)."""
-    return f"{run_dir(mode, slot, interface)}/{name}"
+    return f"{run_dir(run)}/{name}"
 
 
-def final_model(mode, slot, interface):
-    """The final checkpoint of a pretraining arm: what diagnostics and post-training start from."""
-    return run_file(mode, slot, interface, "final")
+def final_model(run):
+    """The final checkpoint of a pretraining run: what diagnostics and post-training start from."""
+    return run_file(run, "final")
 
 
 def pretrain_runs():
-    """(mode, slot, interface) of every pretraining arm in this profile."""
-    return [(m, s, i) for m, slots in MODES.items() for s in slots for i in MODE_ARMS[m]]
+    """(mode, slot, interface, seed) of every pretraining run in this profile: each arm once per seed."""
+    seeds = SEEDS or [None]
+    return [(m, s, i, k) for m, slots in MODES.items() for s in slots for i in MODE_ARMS[m] for k in seeds]
 
 
 def posttrain_runs():
-    """The pretraining arms that get LoRA post-training (posttrain.interfaces)."""
-    return [(m, s, i) for m, s, i in pretrain_runs() if i in POST_ARMS]
+    """The pretraining runs that get LoRA post-training (posttrain.interfaces)."""
+    return [run for run in pretrain_runs() if run[2] in POST_ARMS]
 
 
 def arm_interface(interface):
@@ -258,11 +280,14 @@ def arm_interface(interface):
 
 def run_summaries():
     """The summary.json of every pretraining arm: the pretraining stage's final outputs."""
-    return [run_file(m, s, i, "summary.json") for m, s, i in pretrain_runs()]
+    return [run_file(run, "summary.json") for run in pretrain_runs()]
+
+
+STAND_IN_ROOT = "results/teachers"
 
 
 def stand_in_dir(slot):
-    return f"results/teachers/{slot}"
+    return f"{STAND_IN_ROOT}/{slot}"
 
 
 def stand_in_file(slot, name):
@@ -296,32 +321,28 @@ DIAGNOSTICS_ROOT = "results/diagnostics"
 POSTTRAIN_ROOT = "results/posttrain"
 
 
-def diagnostics_file(mode, slot, interface):
-    return f"{DIAGNOSTICS_ROOT}/{mode}/{slot}/{interface}/diagnostics.json"
+def diagnostics_file(run):
+    return f"{DIAGNOSTICS_ROOT}/{run_path(run)}/diagnostics.json"
 
 
 def diagnostics_files():
-    return [diagnostics_file(m, s, i) for m, s, i in pretrain_runs()]
+    return [diagnostics_file(run) for run in pretrain_runs()]
 
 
-def post_dir(mode, slot, interface):
-    return f"{POSTTRAIN_ROOT}/{mode}/{slot}/{interface}"
-
-
-def lora_dir(mode, slot, interface, task):
+def lora_dir(run, task):
     """One `pit lora train` run: adapter/, merged/, side_effects.json, summary.json, eval/, base/."""
-    return f"{post_dir(mode, slot, interface)}/{task}"
+    return f"{POSTTRAIN_ROOT}/{run_path(run)}/{task}"
 
 
-def lora_file(mode, slot, interface, task, name):
-    return f"{lora_dir(mode, slot, interface, task)}/{name}"
+def lora_file(run, task, name):
+    return f"{lora_dir(run, task)}/{name}"
 
 
 def posttrain_outputs():
     """Every LoRA run's evaluations and side effects: the post-training stage's final outputs."""
     return [
-        lora_file(m, s, i, t, leaf)
-        for m, s, i in posttrain_runs()
+        lora_file(run, t, leaf)
+        for run in posttrain_runs()
         for t in LORA_TASKS
         for leaf in ("eval", "base", "side_effects.json")
     ]
@@ -333,12 +354,15 @@ TABLES_DIR = "results/tables"
 FIGURES_DIR = "results/figures"
 REPORT_FILE = "results/REPORT.md"
 MLFLOW_SUMMARY_FILE = "results/mlflow/summary.json"
-TABLES = ["table1", "table2", "table3", "table4"]
+TABLES = ["claims", "table1", "table2", "table3", "table4"]  # claims: the paper's claims, a verdict each
+CLAIM_GROUPS = ["interface", "training", "layerwise", "side_effects", "posttrain"]  # one claims figure per group
 FIGURES = [
     *(f"figure{n}_{mode}_loss" for n, mode in LOSS_FIGURES.items()),
     "interface_drift",
     "figure2_transition",
     "side_effects",
+    *(["stand_in_teachers"] if STAND_IN_SLOTS else []),  # their learning curves
+    *(f"claims_{group}" for group in CLAIM_GROUPS),
 ]
 TABLE_SUFFIXES = ("md", "csv", "tex")
 
@@ -376,7 +400,8 @@ def figure_files():
 
 def transition_runs():
     """The final checkpoints the Figure 2-style trace compares: the transition slot's scratch arms."""
-    return [final_model("scratch", config["report"]["transition_slot"], i) for i in INTERFACES]
+    seed = SEEDS[0] if SEEDS else None  # a seeded profile traces its first seed
+    return [final_model(("scratch", config["report"]["transition_slot"], i, seed)) for i in INTERFACES]
 
 
 def transition_args():
@@ -399,8 +424,21 @@ def tokenize_spec(split):
     }
 
 
-def train_spec(mode, slot, interface):
-    """`pit train` of one pretraining arm (docs/training.md)."""
+def run_name(run, prefix=""):
+    """A run's MLflow name: <prefix><mode>-<slot>-<interface>[-s<seed>]."""
+    return prefix + "-".join(run[:3]) + ("" if run[3] is None else f"-s{run[3]}")
+
+
+def seed_settings(run, tags):
+    """A seeded run's `seed` (initialisation, data order; LoRA initialisation and example order) and its tags."""
+    if run[3] is None:
+        return {"tags": tags}
+    return {"seed": int(run[3]), "tags": {**tags, "seed": run[3]}}
+
+
+def train_spec(run):
+    """`pit train` of one pretraining run (docs/training.md); arms with the same seed see the same data order."""
+    mode, slot, interface, _ = run
     tokenizer = mode_tokenizer(mode)
     spec = {**PRETRAIN["train"], **PRETRAIN["mode_train"].get(mode, {})}
     spec.update(
@@ -411,9 +449,9 @@ def train_spec(mode, slot, interface):
         val_data=token_file(tokenizer, "val"),
         tokenizer=tokenizer_dir(tokenizer),
         seq_len=config["context_length"],
-        run_name=f"{mode}-{slot}-{interface}",
-        tags={"slot": slot, "profile": PROFILE},
+        run_name=run_name(run),
         mlflow=config["mlflow"],
+        **seed_settings(run, {"slot": slot, "profile": PROFILE}),
     )
     return spec
 
@@ -442,18 +480,19 @@ def diagnose_spec():
     return dict(config["diagnostics"])
 
 
-def lora_spec(mode, slot, interface, task):
-    """`pit lora train` of one pretrained arm on one task (docs/posttraining.md)."""
+def lora_spec(run, task):
+    """`pit lora train` of one pretrained run on one task (docs/posttraining.md)."""
+    mode, slot = run[:2]
     spec = dict(POST["lora"])
     spec.update(
-        base=final_model(mode, slot, interface),
+        base=final_model(run),
         task=task,
         source=POST["data_source"],
         val_data=val_tokens(mode),
         side_effect_seq_len=config["context_length"],
-        run_name=f"lora-{task}-{mode}-{slot}-{interface}",
-        tags={"slot": slot, "mode": mode, "profile": PROFILE},
+        run_name=run_name(run, f"lora-{task}-"),
         mlflow=config["mlflow"],
+        **seed_settings(run, {"slot": slot, "mode": mode, "profile": PROFILE}),
     )
     return spec
 
@@ -463,14 +502,14 @@ def evaluate_tasks(task):
     return " ".join([task, *POST["tasks"][task]])
 
 
-def evaluate_spec(mode, slot, interface, task):
+def evaluate_spec(run, task):
     """`pit evaluate` of one LoRA run and its base; with MLflow on, the scores are one run
-    eval-<task>-<mode>-<slot>-<interface> in the profile's experiment."""
+    eval-<task>-<mode>-<slot>-<interface>[-s<seed>] in the profile's experiment."""
     spec = {"source": POST["data_source"], **POST["evaluate"]}
     mlflow = config["mlflow"]
     if mlflow["enabled"]:
         spec.update(
-            run_name=f"eval-{task}-{mode}-{slot}-{interface}",
+            run_name=run_name(run, f"eval-{task}-"),
             experiment=mlflow["experiment"],
             tracking_uri=mlflow["tracking_uri"],
         )
@@ -509,9 +548,9 @@ def check_run_specs():
 
         logger.warning(f"run specs not checked when reading the config (cannot import pit: {err})")
         return
-    specs = [("train", train_spec(m, s, i), ["pretrain", "mode_train", m]) for m, s, i in pretrain_runs()]
+    specs = [("train", train_spec(run), ["pretrain", "mode_train", run[0]]) for run in pretrain_runs()]
     specs += [("train", stand_in_spec(s), ["pretrain", "stand_in_teacher"]) for s in STAND_IN_SLOTS]
-    specs += [("lora", lora_spec(m, s, i, t), None) for m, s, i in posttrain_runs() for t in LORA_TASKS]
+    specs += [("lora", lora_spec(run, t), None) for run in posttrain_runs() for t in LORA_TASKS]
     for kind, spec, override in specs:
         try:
             (LoraArgs if kind == "lora" else PretrainArgs).from_dict(spec)

@@ -3,12 +3,12 @@
 
 rule diagnose:
     input:
-        model=final_model("{mode}", "{slot}", "{interface}"),
+        model=final_model(RUN),
         val=lambda wc: val_tokens(wc.mode),
     output:
-        diagnostics_file("{mode}", "{slot}", "{interface}"),
+        diagnostics_file(RUN),
     log:
-        log_path("diagnostics", "{mode}_{slot}_{interface}"),
+        run_log("diagnostics", RUN),
     conda:
         ENV
     threads: PRETRAIN_RES["threads"]

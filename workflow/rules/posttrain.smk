@@ -11,23 +11,23 @@ docs/posttraining.md describes every setting.
 
 rule lora:
     input:
-        base=final_model("{mode}", "{slot}", "{interface}"),
+        base=final_model(RUN),
         val=lambda wc: val_tokens(wc.mode),
     output:
-        summary=lora_file("{mode}", "{slot}", "{interface}", "{task}", "summary.json"),
-        side_effects=lora_file("{mode}", "{slot}", "{interface}", "{task}", "side_effects.json"),
-        adapter=directory(lora_file("{mode}", "{slot}", "{interface}", "{task}", "adapter")),
-        merged=directory(lora_file("{mode}", "{slot}", "{interface}", "{task}", "merged")),
+        summary=lora_file(RUN, "{task}", "summary.json"),
+        side_effects=lora_file(RUN, "{task}", "side_effects.json"),
+        adapter=directory(lora_file(RUN, "{task}", "adapter")),
+        merged=directory(lora_file(RUN, "{task}", "merged")),
     log:
-        log_path("posttrain", "lora_{task}_{mode}_{slot}_{interface}"),
+        run_log("posttrain", RUN, "lora_{task}_"),
     conda:
         ENV
     threads: POST_RES["threads"]
     resources:
         **job_resources(POST_RES),
     params:
-        spec=lambda wc: json_arg(lora_spec(wc.mode, wc.slot, wc.interface, wc.task)),
-        out=lambda wc: lora_dir(wc.mode, wc.slot, wc.interface, wc.task),
+        spec=lambda wc: json_arg(lora_spec(run_of(wc), wc.task)),
+        out=lambda wc: lora_dir(run_of(wc), wc.task),
     shell:
         logged("pit lora train --spec {params.spec} --out {params.out} --threads {threads}")
 
@@ -36,13 +36,13 @@ rule evaluate:
     """The LoRA-updated model and, for the gains, its base on the task (in-domain) and the task's
     out-of-domain sets; one process, two model loads."""
     input:
-        model=lora_file("{mode}", "{slot}", "{interface}", "{task}", "merged"),
-        base=final_model("{mode}", "{slot}", "{interface}"),
+        model=lora_file(RUN, "{task}", "merged"),
+        base=final_model(RUN),
     output:
-        lora=directory(lora_file("{mode}", "{slot}", "{interface}", "{task}", "eval")),
-        base=directory(lora_file("{mode}", "{slot}", "{interface}", "{task}", "base")),
+        lora=directory(lora_file(RUN, "{task}", "eval")),
+        base=directory(lora_file(RUN, "{task}", "base")),
     log:
-        log_path("posttrain", "evaluate_{task}_{mode}_{slot}_{interface}"),
+        run_log("posttrain", RUN, "evaluate_{task}_"),
     conda:
         ENV
     threads: POST_RES["threads"]
@@ -50,7 +50,7 @@ rule evaluate:
         **job_resources(POST_RES),
     params:
         tasks=lambda wc: evaluate_tasks(wc.task),
-        spec=lambda wc: json_arg(evaluate_spec(wc.mode, wc.slot, wc.interface, wc.task)),
+        spec=lambda wc: json_arg(evaluate_spec(run_of(wc), wc.task)),
     shell:
         logged(
             "pit evaluate {params.tasks} --model {input.model} --out-dir {output.lora} --label lora"

@@ -31,18 +31,18 @@ rule pretrain:
     input:
         unpack(pretrain_inputs),
     output:
-        summary=run_file("{mode}", "{slot}", "{interface}", "summary.json"),
-        model=directory(final_model("{mode}", "{slot}", "{interface}")),
+        summary=run_file(RUN, "summary.json"),
+        model=directory(final_model(RUN)),
     log:
-        log_path("pretrain", "{mode}_{slot}_{interface}"),
+        run_log("pretrain", RUN),
     conda:
         ENV
     threads: PRETRAIN_RES["threads"]
     resources:
         **job_resources(PRETRAIN_RES),
     params:
-        spec=lambda wc: json_arg(train_spec(wc.mode, wc.slot, wc.interface)),
-        out=lambda wc: run_dir(wc.mode, wc.slot, wc.interface),
+        spec=lambda wc: json_arg(train_spec(run_of(wc))),
+        out=lambda wc: run_dir(run_of(wc)),
     shell:
         logged(pit_launcher(PRETRAIN_RES) + " train --spec {params.spec} --out {params.out} --threads {threads}")
 

@@ -56,6 +56,34 @@ rule table4:
         logged(f"pit table table4 --runs {POSTTRAIN_ROOT} --profile {PROFILE} --out {table_stem('table4')}")
 
 
+rule claims:
+    """The paper's claims, each with per-arm means, paired differences against TT with 95% intervals over seeds,
+    and a verdict (docs/study.md)."""
+    input:
+        run_summaries() + diagnostics_files() + posttrain_outputs(),
+    output:
+        **table_outputs("claims"),
+    log:
+        log_path("report", "claims"),
+    conda:
+        ENV
+    shell:
+        logged(f"pit table claims --runs {RESULTS_ROOT} --profile {PROFILE} --out {table_stem('claims')}")
+
+
+rule figure_claims:
+    input:
+        run_summaries() + diagnostics_files() + posttrain_outputs(),
+    output:
+        [figure_output(f"claims_{group}", "claims") for group in CLAIM_GROUPS],
+    log:
+        log_path("report", "figure_claims"),
+    conda:
+        ENV
+    shell:
+        logged(f"pit figure claims --runs {RESULTS_ROOT} --profile {PROFILE} --out-dir {FIGURES_DIR}")
+
+
 rule figure_loss_curves:
     input:
         run_summaries(),
@@ -111,6 +139,19 @@ rule figure_side_effects:
         ENV
     shell:
         logged(f"pit figure side-effects --runs {POSTTRAIN_ROOT} --profile {PROFILE} --out {{output}}")
+
+
+rule figure_stand_in_teachers:
+    input:
+        [stand_in_file(slot, "summary.json") for slot in STAND_IN_SLOTS],
+    output:
+        figure_output("stand_in_teachers", "stand_in_teachers"),
+    log:
+        log_path("report", "figure_stand_in_teachers"),
+    conda:
+        ENV
+    shell:
+        logged(f"pit figure stand-in-teachers --runs {STAND_IN_ROOT} --profile {PROFILE} --out {{output}}")
 
 
 rule report_md:

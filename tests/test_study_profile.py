@@ -1,0 +1,65 @@
+"""The study profile (config/study.yaml, docs/study.md): every arm x mode x seed is one pretraining job, and the
+seed is a wildcard of pretraining, LoRA, evaluation and diagnostics (dry runs: nothing is trained here)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+from helpers import ROOT, job_counts, snakemake
+
+STUDY_CONFIG = ROOT / "config/study.yaml"
+
+
+@pytest.fixture(scope="module")
+def study():
+    return yaml.safe_load(STUDY_CONFIG.read_text())
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory) -> str:
+    workdir = tmp_path_factory.mktemp("study")
+    proc = snakemake(workdir, "-n", "-p", "--configfile", str(STUDY_CONFIG), "--cores", "1")
+    assert not (workdir / "results").exists()
+    return proc.stdout
+
+
+def arms(config: dict) -> dict[str, list[str]]:
+    p = config["pretrain"]
+    teacher = [a for i in p["interfaces"] for a in ([i, *p.get("teacher_arms", {})] if i == "pit" else [i])]
+    return {"teacher": teacher, "scratch": list(p["interfaces"])}
+
+
+def test_study_runs_every_arm_and_mode_once_per_seed(study, dry_run):
+    seeds, per_mode = study["seeds"], arms(study)
+    assert len(seeds) >= 3 and {"pit", "pit-head", "tt", "untied"} <= set(per_mode["teacher"])
+    counts = job_counts(dry_run)
+    runs = sum(len(per_mode[m]) * len(study["pretrain"][f"{m}_slots"]) for m in per_mode) * len(seeds)
+    assert counts["pretrain"] == counts["diagnose"] == runs == 21
+    assert counts["lora"] == counts["evaluate"] == runs * len(study["posttrain"]["tasks"])
+    assert counts["pretrain_stand_in_teacher"] == 1  # the teacher is shared by every seed
+    for mode, slot_key in (("teacher", "teacher_slots"), ("scratch", "scratch_slots")):
+        for slot in study["pretrain"][slot_key]:
+            for arm in per_mode[mode]:
+                for seed in seeds:
+                    assert f"results/pretrain/{mode}/{slot}/{arm}/seed{seed}/summary.json" in dry_run
+                    assert f"results/diagnostics/{mode}/{slot}/{arm}/seed{seed}/diagnostics.json" in dry_run
+                    assert f"results/posttrain/{mode}/{slot}/{arm}/seed{seed}/mbpp/side_effects.json" in dry_run
+
+
+def test_a_seed_sets_the_runs_seed_and_name(dry_run):
+    """Every pretraining and LoRA job of seed k trains with seed k (init, data order, LoRA init) under a name
+    ending in -s<k>; arms of one seed share it, so their data order is the same."""
+    specs = [m for m in re.findall(r"--spec '(\{.*?\})'", dry_run) if '"run_name"' in m]
+    seeded = [yaml.safe_load(s) for s in specs]
+    trained = [s for s in seeded if s["run_name"].startswith(("teacher-", "scratch-", "lora-"))]
+    assert len(trained) == 21 + 42
+    for spec in trained:
+        assert spec["run_name"].endswith(f"-s{spec['seed']}") and spec["tags"]["seed"] == str(spec["seed"])
+
+
+def test_profiles_without_seeds_keep_their_paths(tmp_path):
+    proc = snakemake(tmp_path, "-n", "--cores", "1")
+    assert "results/pretrain/scratch/303m/pit/summary.json" in proc.stdout
+    assert "/seed" not in proc.stdout
