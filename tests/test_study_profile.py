@@ -27,16 +27,19 @@ def dry_run(tmp_path_factory) -> str:
 
 def arms(config: dict) -> dict[str, list[str]]:
     p = config["pretrain"]
-    teacher = [a for i in p["interfaces"] for a in ([i, *p.get("teacher_arms", {})] if i == "pit" else [i])]
-    return {"teacher": teacher, "scratch": list(p["interfaces"])}
+    return {
+        m: [a for i in p["interfaces"] for a in ([i, *p.get(f"{m}_arms", {})] if i == "pit" else [i])]
+        for m in ("teacher", "scratch")
+    }
 
 
 def test_study_runs_every_arm_and_mode_once_per_seed(study, dry_run):
     seeds, per_mode = study["seeds"], arms(study)
     assert len(seeds) >= 3 and {"pit", "pit-head", "tt", "untied"} <= set(per_mode["teacher"])
+    assert {"pit", "pit-z", "tt", "untied"} <= set(per_mode["scratch"])
     counts = job_counts(dry_run)
     runs = sum(len(per_mode[m]) * len(study["pretrain"][f"{m}_slots"]) for m in per_mode) * len(seeds)
-    assert counts["pretrain"] == counts["diagnose"] == runs == 21
+    assert counts["pretrain"] == counts["diagnose"] == runs == 24
     assert counts["lora"] == counts["evaluate"] == runs * len(study["posttrain"]["tasks"])
     assert counts["pretrain_stand_in_teacher"] == 1  # the teacher is shared by every seed
     for mode, slot_key in (("teacher", "teacher_slots"), ("scratch", "scratch_slots")):
@@ -54,9 +57,15 @@ def test_a_seed_sets_the_runs_seed_and_name(dry_run):
     specs = [m for m in re.findall(r"--spec '(\{.*?\})'", dry_run) if '"run_name"' in m]
     seeded = [yaml.safe_load(s) for s in specs]
     trained = [s for s in seeded if s["run_name"].startswith(("teacher-", "scratch-", "lora-"))]
-    assert len(trained) == 21 + 42
+    assert len(trained) == 24 + 48
     for spec in trained:
         assert spec["run_name"].endswith(f"-s{spec['seed']}") and spec["tags"]["seed"] == str(spec["seed"])
+    interfaces = {s["run_name"]: s["interface"] for s in trained if not s["run_name"].startswith("lora-")}
+    assert interfaces["scratch-303m-pit-z-s1"] == {**interfaces["scratch-303m-pit-s1"], "trainable_z": True}
+    assert (
+        interfaces["teacher-256m-pit-head-s2"]["t_init"] == "power"
+        and interfaces["scratch-303m-pit-s0"]["kind"] == "pit"
+    )
 
 
 def test_profiles_without_seeds_keep_their_paths(tmp_path):

@@ -29,7 +29,7 @@ from pit.errors import PitError  # noqa: E402
 from pit.io import atomic_path, read_json, read_jsonl  # noqa: E402
 from pit.reporting.tables import METHOD_NAME, find_runs, posttrain_runs, slot_key  # noqa: E402
 
-COLORS = {"pit": "tab:blue", "pit-head": "tab:purple", "tt": "tab:orange", "untied": "tab:green"}
+COLORS = {"pit": "tab:blue", "pit-head": "tab:purple", "pit-z": "tab:cyan", "tt": "tab:orange", "untied": "tab:green"}
 
 
 def runs_by_slot(root: Path, mode: str) -> dict[str, list[tuple[str, int | None, list[dict]]]]:

@@ -98,21 +98,34 @@ def run_facts(runs: Path | None, mode: str, slot: str) -> str:
     return ""
 
 
-def data_facts(data: Path, tokenizers: list[str]) -> list[str]:
-    """Per tokenizer: train / val tokens and the validation split's unigram entropy (the no-context baseline loss)."""
+def data_facts(data: Path, tokenizers: list[str]) -> tuple[list[str], dict[str, float]]:
+    """Per tokenizer: train / val tokens and the validation split's unigram entropy (the no-context baseline loss);
+    the lines and the entropies by tokenizer."""
     from pit.data.reader import TokenFile, unigram_entropy
 
-    lines = []
+    lines, entropy = [], {}
     for name in tokenizers:
         if (data / name / "val.bin").is_file() and (data / name / "train.json").is_file():
             val = TokenFile(data / name / "val.bin")
             train_tokens = read_json(data / name / "train.json")["tokens"]
+            entropy[name] = unigram_entropy(val)
             lines.append(
                 f"- Data `{name}` (V = {val.meta['vocab_size']:,}): {train_tokens:,} train and {val.meta['tokens']:,} "
-                f"validation tokens; unigram entropy of the validation split {unigram_entropy(val):.3f} nats/token "
+                f"validation tokens; unigram entropy of the validation split {entropy[name]:.3f} nats/token "
                 "(a model that ignores context scores this)."
             )
-    return lines
+    return lines, entropy
+
+
+def learned(runs: Path, mode: str, entropy: float | None) -> str:
+    """The range of a mode's validation losses against the unigram entropy of their data: did the models learn?"""
+    losses = [read_json(f)["val_loss"] for f in (runs / mode).glob("**/summary.json")]
+    if not losses or entropy is None:
+        return ""
+    return (
+        f"- {mode.capitalize()}-mode validation loss: {min(losses):.3f} to {max(losses):.3f} nats/token over "
+        f"{len(losses)} runs, {entropy - max(losses):.2f} to {entropy - min(losses):.2f} below the unigram entropy."
+    )
 
 
 def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
@@ -126,9 +139,10 @@ def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
         f"`{corpus['name']}` ({corpus['source']}: `{where}`, at most {corpus.get('max_documents') or 'all'} "
         "documents)."
     ]
-    extra = list(p.get("teacher_arms", {}))  # teacher arms sit right after pit (workflow/rules/common.smk)
-    arms = {"teacher": [a for i in p["interfaces"] for a in ([i, *extra] if i == "pit" else [i])]}
-    arms["scratch"] = p["interfaces"]
+    arms = {  # a mode's extra PIT arms sit right after pit (workflow/rules/common.smk)
+        m: [a for i in p["interfaces"] for a in ([i, *p.get(f"{m}_arms", {})] if i == "pit" else [i])]
+        for m in ("teacher", "scratch")
+    }
     for mode, slots in (("teacher", p["teacher_slots"]), ("scratch", p["scratch_slots"])):
         for slot, entry in slots.items():
             name, how = slot_model(mode, entry)
@@ -137,7 +151,9 @@ def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
                 f"- {mode} slot {slot}: `{name}` ({how}{'; ' + shape if shape else ''}); arms {', '.join(arms[mode])}."
             )
     if runs is not None:
-        lines += data_facts(runs.parent / "data", list(dict.fromkeys(p["tokenizer"].values())))
+        facts, entropy = data_facts(runs.parent / "data", list(dict.fromkeys(p["tokenizer"].values())))
+        lines += facts
+        lines += [x for m in ("teacher", "scratch") if (x := learned(runs, m, entropy.get(p["tokenizer"][m])))]
     seeds = config.get("seeds")
     lines.append(
         f"- Seeds: {', '.join(map(str, seeds))} (each arm once per seed; a seed sets initialisation, data order and "
@@ -145,8 +161,10 @@ def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
         if seeds
         else f"- Seeds: one run per arm (seed {p['train']['seed']}): no interval on any comparison."
     )
-    for arm, overrides in p.get("teacher_arms", {}).items():
-        lines.append(f"- Teacher arm `{arm}`: PIT with {', '.join(f'{k} = {v}' for k, v in overrides.items())}.")
+    for mode in ("teacher", "scratch"):
+        for arm, overrides in p.get(f"{mode}_arms", {}).items():
+            settings = ", ".join(f"{k} = {v}" for k, v in overrides.items())
+            lines.append(f"- {mode.capitalize()} arm `{arm}`: PIT with {settings}.")
     steps = {m: {**p["train"], **p["mode_train"].get(m, {})}["max_steps"] for m in ("teacher", "scratch")}
     z = "trainable" if p["interface"]["trainable_z"] else "frozen"
     lines.append(

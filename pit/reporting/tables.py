@@ -19,9 +19,10 @@ from pit.io import file_set_complete, read_json, write_file_set
 from pit.reporting.paper import paper_value, paper_values
 
 MODE_ORDER = {"teacher": 0, "scratch": 1}
-# arms: TT, PIT with the paper's init, PIT teacher arms (`pretrain.teacher_arms`, e.g. pit-head), untied
-METHOD_ORDER = {"tt": 0, "pit": 1, "pit-head": 2, "untied": 3}
-METHOD_NAME = {"tt": "TT", "pit": "PIT", "pit-head": "PIT-head", "untied": "Untied"}
+# arms: TT, PIT with the paper's settings, extra PIT arms (`pretrain.teacher_arms` / `scratch_arms`, e.g. pit-head,
+# pit-z), untied
+METHOD_ORDER = {"tt": 0, "pit": 1, "pit-head": 2, "pit-z": 2.2, "untied": 3}
+METHOD_NAME = {"tt": "TT", "pit": "PIT", "pit-head": "PIT-head", "pit-z": "PIT-Z", "untied": "Untied"}
 
 
 def method_order(kind: str) -> float:

@@ -151,18 +151,19 @@ TEACHER_SLOTS = list(PRETRAIN["teacher_slots"])
 SCRATCH_SLOTS = list(PRETRAIN["scratch_slots"])
 STAND_IN_SLOTS = [s for s in TEACHER_SLOTS if "stand_in" in PRETRAIN["teacher_slots"][s]]
 INTERFACES = list(PRETRAIN["interfaces"])
-TEACHER_ARMS = PRETRAIN.get("teacher_arms", {})  # more PIT arms of the teacher slots: arm -> `interface` overrides
 MODES = {"teacher": TEACHER_SLOTS, "scratch": SCRATCH_SLOTS}
-MODE_ARMS = {  # the arms of each mode's slots; a teacher arm sits right after `pit`
-    "teacher": [a for i in INTERFACES for a in ([i, *TEACHER_ARMS] if i == "pit" else [i])],
-    "scratch": INTERFACES,
+# more PIT arms of each mode's slots (pretrain.teacher_arms, pretrain.scratch_arms): arm -> `interface` overrides
+EXTRA_ARMS = {mode: PRETRAIN.get(f"{mode}_arms", {}) for mode in MODES}
+MODE_ARMS = {  # the arms of each mode's slots; a mode's extra PIT arms sit right after `pit`
+    mode: [a for i in INTERFACES for a in ([i, *EXTRA_ARMS[mode]] if i == "pit" else [i])] for mode in MODES
 }
 ARMS = list(dict.fromkeys(MODE_ARMS["teacher"] + MODE_ARMS["scratch"]))
 PRETRAIN_RES = PRETRAIN["resources"]  # threads, gpus, mem_mb, runtime (partition) of training and diagnostics jobs
 POST = config["posttrain"]
 POST_ARMS = POST.get("interfaces", ARMS)  # the pretraining arms that get LoRA post-training
-if TEACHER_ARMS and "pit" not in INTERFACES:
-    raise config_error(["pretrain", "teacher_arms"], "teacher arms are PIT arms: pretrain.interfaces must hold pit")
+for _mode, _arms in EXTRA_ARMS.items():
+    if _arms and "pit" not in INTERFACES:
+        raise config_error(["pretrain", f"{_mode}_arms"], f"{_mode} arms are PIT arms: pretrain.interfaces must hold pit")
 if set(POST_ARMS) - set(ARMS):
     raise config_error(
         ["posttrain", "interfaces"],
@@ -272,10 +273,11 @@ def posttrain_runs():
     return [run for run in pretrain_runs() if run[2] in POST_ARMS]
 
 
-def arm_interface(interface):
-    """The `interface` settings of an arm: the profile's PIT settings, a teacher arm's overrides, its kind."""
-    kind = "pit" if interface in TEACHER_ARMS else interface
-    return {**PRETRAIN["interface"], **TEACHER_ARMS.get(interface, {}), "kind": kind}
+def arm_interface(mode, interface):
+    """The `interface` settings of a mode's arm: the profile's PIT settings, an extra PIT arm's overrides, its kind."""
+    extra = EXTRA_ARMS[mode]
+    kind = "pit" if interface in extra else interface
+    return {**PRETRAIN["interface"], **extra.get(interface, {}), "kind": kind}
 
 
 def run_summaries():
@@ -444,7 +446,7 @@ def train_spec(run):
     spec.update(
         mode=mode,
         model=teacher_source(slot) if mode == "teacher" else PRETRAIN["scratch_slots"][slot]["model"],
-        interface=arm_interface(interface),
+        interface=arm_interface(mode, interface),
         train_data=token_file(tokenizer, "train"),
         val_data=token_file(tokenizer, "val"),
         tokenizer=tokenizer_dir(tokenizer),

@@ -15,6 +15,7 @@ rule pretrain_stand_in_teacher:
         log_path("pretrain", "stand_in_teacher_{slot}"),
     wildcard_constraints:
         slot=name_pattern(STAND_IN_SLOTS),
+    priority: 10  # first: every teacher-mode job waits for it, scratch jobs fill the other cores meanwhile
     conda:
         ENV
     threads: PRETRAIN_RES["threads"]

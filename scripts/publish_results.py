@@ -1,0 +1,84 @@
+"""Copy a finished pipeline run's tables, figures and REPORT.md into the repository, with what produced them.
+
+    python scripts/publish_results.py --results results --profile study --wall-time-s 3120 --out docs/results/study
+
+Writes <out>/REPORT.md, <out>/tables/*.{md,csv,tex}, <out>/figures/*.png and <out>/README.md (the commit the run
+was made from, the profile, its wall time, the machine). REPORT.md links its figures relative to itself, so the
+copied report reads the same as the original.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+
+def git_commit(repo: Path) -> str:
+    """The commit the run was made from, and whether its working tree had changes."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True)
+    return head.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def copy_outputs(results: Path, out: Path) -> list[str]:
+    """REPORT.md, tables/, figures/ of `results` into `out` (replacing what was there); the copied names."""
+    copied = []
+    for sub, patterns in (("tables", ("*.md", "*.csv", "*.tex")), ("figures", ("*.png",))):
+        target = out / sub
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        for pattern in patterns:
+            for f in sorted((results / sub).glob(pattern)):
+                shutil.copy2(f, target / f.name)
+                copied.append(f"{sub}/{f.name}")
+    shutil.copy2(results / "REPORT.md", out / "REPORT.md")
+    return ["REPORT.md", *copied]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", default="results", help="the run's results folder")
+    parser.add_argument("--profile", required=True)
+    parser.add_argument("--wall-time-s", type=float, required=True, help="wall time of the whole run (seconds)")
+    parser.add_argument("--command", default=None, help="the command that made the run (shown in README.md)")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    results, out = Path(args.results), Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = copy_outputs(results, out)
+    command = args.command or f"snakemake --cores all --configfile config/{args.profile}.yaml"
+    minutes = args.wall_time_s / 60
+    lines = [
+        f"# Results of the `{args.profile}` profile",
+        "",
+        f"- Made by `{command}` from a fresh clone at commit `{git_commit(results.resolve().parent)}`.",
+        f"- Wall time: {minutes:.1f} minutes (set-up excluded), on {os.cpu_count()} cores of {cpu_model()}, "
+        f"Python {platform.python_version()}.",
+        f"- Published {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `scripts/publish_results.py`.",
+        "",
+        "Read [REPORT.md](REPORT.md) first: it opens with the claims table. Files:",
+        "",
+        *(f"- [{name}]({name})" for name in files),
+        "",
+    ]
+    (out / "README.md").write_text("\n".join(lines))
+    print(f"{len(files)} files -> {out}")
+
+
+if __name__ == "__main__":
+    main()
