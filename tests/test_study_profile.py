@@ -3,11 +3,16 @@ seed is a wildcard of pretraining, LoRA, evaluation and diagnostics (dry runs: n
 
 from __future__ import annotations
 
+import json
 import re
 
+import numpy as np
 import pytest
 import yaml
 from helpers import ROOT, job_counts, snakemake
+
+from pit.data.reader import TokenFile, unigram_entropy
+from pit.reporting.report import learned, table_notes
 
 STUDY_CONFIG = ROOT / "config/study.yaml"
 
@@ -72,3 +77,27 @@ def test_profiles_without_seeds_keep_their_paths(tmp_path):
     proc = snakemake(tmp_path, "-n", "--cores", "1")
     assert "results/pretrain/scratch/303m/pit/summary.json" in proc.stdout
     assert "/seed" not in proc.stdout
+
+
+def test_unigram_entropy_and_the_report_line(tmp_path):
+    """The no-context baseline the study's models must beat: H = -sum p ln p of the token frequencies, and the
+    report's line saying how far below it a mode's validation losses end."""
+    tokens = np.array([0, 1, 1, 2, 2, 2, 2, 3], dtype=np.uint16)
+    tokens.tofile(tmp_path / "val.bin")
+    meta = {"corpus": "t", "documents": 1, "dtype": "uint16", "eos_id": 0, "split": "val", "tokens": 8}
+    (tmp_path / "val.json").write_text(json.dumps({**meta, "vocab_size": 8}))
+    p = np.array([1, 2, 4, 1]) / 8
+    assert unigram_entropy(TokenFile(tmp_path / "val.bin")) == pytest.approx(-(p * np.log(p)).sum(), abs=1e-12)
+    for seed, loss in ((0, 4.0), (1, 4.5)):
+        run = tmp_path / "pretrain/scratch/303m/pit" / f"seed{seed}"
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps({"val_loss": loss}))
+    line = learned(tmp_path / "pretrain", "scratch", 6.0)
+    assert "4.000 to 4.500 nats/token over 2 runs, 1.50 to 2.00 below the unigram entropy" in line
+
+
+def test_seeded_reports_do_not_say_one_seed():
+    for name in ("table1", "table4"):
+        assert any("One seed" in n for n in table_notes(name, seeded=False))
+        seeded = table_notes(name, seeded=True)
+        assert not any("One seed" in n for n in seeded) and any("intervals over seeds" in n for n in seeded)

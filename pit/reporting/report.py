@@ -62,6 +62,23 @@ NOTES = {
 }
 
 
+# what the notes say of uncertainty with one seed per arm -> what they say in a profile with `seeds`
+ONE_SEED = {
+    "One seed per arm, no intervals: differences between arms carry no stated uncertainty.": "One row per seed; "
+    "the claims table gives the paired intervals over seeds.",
+    "One seed, no intervals.": "One row per seed; the claims table gives the paired intervals over seeds.",
+}
+
+
+def table_notes(name: str, seeded: bool) -> list[str]:
+    """A table's notes in REPORT.md; a profile with `seeds` gets its rows per seed and intervals elsewhere."""
+    notes = NOTES.get(name, [])
+    if seeded:
+        for one, many in ONE_SEED.items():
+            notes = [n.replace(one, many) for n in notes]
+    return notes
+
+
 def slot_model(mode: str, entry: dict) -> tuple[str, str]:
     """(model name, how it got there) of one Table 1 slot."""
     if mode == "scratch":
@@ -236,7 +253,7 @@ def build_report(config: dict, tables: Path, figures: Path, out: Path, runs: Pat
         md = tables / f"{name}.md"
         if md.is_file():
             parts += [f"## Table {name.removeprefix('table')}", "", md.read_text().strip(), ""]
-            parts += [f"> {n}" for n in NOTES.get(name, [])] + [""]
+            parts += [f"> {n}" for n in table_notes(name, bool(config.get("seeds")))] + [""]
     parts += ["## Figures", ""]
     for png in sorted(p for p in figures.glob("*.png") if not p.name.startswith("claims_")):  # claims: above
         parts += [f"![{png.stem}]({Path(os.path.relpath(png, out.parent)).as_posix()})", ""]
