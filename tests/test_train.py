@@ -53,9 +53,11 @@ def pit_cli(*args, env=None, **kw):
 
 @pytest.mark.parametrize("kind", ["pit", "tt", "untied"])
 def test_run_folder_metrics_and_interface(kind, tiny_data, tmp_path):
-    summary = train(PretrainArgs.from_dict(spec(tiny_data, interface={"kind": kind})), tmp_path)
+    summary = train(PretrainArgs.from_dict(spec(tiny_data, interface={"kind": kind}, eval_every=4)), tmp_path)
     metrics = rows(tmp_path)
     assert [r["step"] for r in metrics] == list(range(1, 9))
+    assert [r["step"] for r in metrics if "val_loss" in r] == [4]  # the learning curve; step 8's is the summary's
+    assert 0 < metrics[3]["val_loss"] < 20
     assert all({"tokens", "loss", "lr", "grad_norm", "tokens_per_s", "delta_ti"} <= set(r) for r in metrics)
     if kind == "pit":
         assert max(r["delta_ti"] for r in metrics) < 1e-4
@@ -75,7 +77,7 @@ def test_run_folder_metrics_and_interface(kind, tiny_data, tmp_path):
 
 
 def test_sigkill_then_resume_matches_uninterrupted_run(tiny_data, tmp_path):
-    s = spec(tiny_data, max_steps=16, checkpoint_every=4)
+    s = spec(tiny_data, max_steps=16, checkpoint_every=4, eval_every=6)
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "killed"
     train(PretrainArgs.from_dict(s), ref_dir)
 
@@ -95,6 +97,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tiny_data, tmp_path):
     assert [r["step"] for r in resumed] == list(range(1, 17))
     for a, b in zip(ref, resumed):
         assert abs(a["loss"] - b["loss"]) <= 1e-6, (a, b)
+        assert abs(a.get("val_loss", 0) - b.get("val_loss", 0)) <= 1e-6, (a, b)  # steps 6 and 12
     w_ref, w_run = (
         load_file(ref_dir / "final" / "model.safetensors"),
         load_file(run_dir / "final" / "model.safetensors"),
