@@ -262,7 +262,7 @@ def test_teacher_mode_arms_start_from_the_teacher(tiny_data, tmp_path):
                 interface={"kind": kind, "t_init": t_init},
             )
         )
-        model = build_run_model(cfg, 50257)
+        model = build_run_model(cfg, 50257, 50256)
         E = model.interface.input_embedding().detach()
         assert ((E - E0).norm() / E0.norm()).item() < 1e-4, kind
     summary = train(
@@ -280,6 +280,11 @@ def test_teacher_mode_arms_start_from_the_teacher(tiny_data, tmp_path):
     )
     assert rows(tmp_path / "run")[0]["loss"] == summary["first_step_loss"]
     assert isinstance(load_teacher(str(tmp_path / "teacher")), type(teacher))
+    # a stand-in teacher on a BPE of the corpus takes that vocabulary's EOS, not GPT-2's 50256
+    stand_in = build_run_model(
+        PretrainArgs.from_dict(spec(tiny_data, model="gpt2-tiny", interface={"kind": "tt"})), 2000, 0
+    )
+    assert (stand_in.config.vocab_size, stand_in.config.bos_token_id, stand_in.config.eos_token_id) == (2000, 0, 0)
 
 
 def test_bad_input_fails_before_training(tiny_data, tmp_path):
