@@ -30,6 +30,7 @@ COMMANDS = {
     "export": ("pit.commands.export", "write a plain untied transformers model with the same logits"),
     "bench": ("pit.commands.bench", "training throughput, MFU and memory on this machine"),
     "mlflow": ("pit.commands.mlflow", "MLflow utilities (sync run folders to a store, log the summary run)"),
+    "fixtures": ("pit.commands.fixtures", "offline stand-ins of the paper's hub inputs (FineWeb-Edu, teachers)"),
     "runs": ("pit.commands.runs", "table of the MLflow store's runs and their final metrics"),
 }
 

@@ -122,14 +122,17 @@ def open_stream(spec: dict[str, Any]):
 
 
 def _open_hub(hub_id: str, config: str | None, split: str):
-    """Stream a hub data set; an unreachable or unknown hub id is one PitError naming it."""
+    """Stream a hub data set, or a local folder laid out as its hub repository (the dataset card's `configs` map
+    a config name to its Parquet files): `datasets.load_dataset` reads both the same way. An unreachable or
+    unknown hub id is one PitError naming it."""
     import datasets
 
     where = f"hub data set {hub_id!r} (config {config!r}, split {split!r})"
     os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")
     os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "10")
     try:
-        if os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("1", "true", "yes", "on"):
+        local = Path(hub_id).is_dir()  # a local copy of a hub repository (README.md configs + Parquet shards)
+        if not local and os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("1", "true", "yes", "on"):
             # Fail fast: load_dataset retries with back-off for ~30 s before giving up.
             from huggingface_hub import HfApi
 

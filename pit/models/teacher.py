@@ -104,6 +104,21 @@ def gpt2_config(spec, vocab_size: int | None = None, **overrides) -> GPT2Config:
     return GPT2Config(**{**values, **overrides})
 
 
+def write_random_teacher(spec, out: str | Path, seed: int = 0) -> GPT2LMHeadModel:
+    """A teacher folder at a published teacher's real shape with seeded random weights (GPT-2 init, std 0.02), saved
+    as `save_pretrained` does for a hub checkpoint: the offline stand-in of a hub teacher (config/paper-smoke.yaml),
+    loaded by `load_teacher` like any folder. Cerebras-GPT's config.json: GELU MLP of width 4d, LayerNorm eps 1e-5,
+    tied embeddings, no dropout, GPT-2 BOS/EOS 50256."""
+    from pit.io import atomic_path
+
+    config = gpt2_config(spec, activation_function="gelu", n_inner=4 * spec.n_embd, layer_norm_epsilon=1e-5)
+    torch.manual_seed(seed)
+    model = GPT2LMHeadModel(config).eval()
+    with atomic_path(out) as tmp:
+        model.save_pretrained(tmp)
+    return model
+
+
 def load_teacher(name_or_path: str, **kwargs) -> GPT2LMHeadModel:
     """Load a GPT-2-architecture checkpoint (hub id or local folder) in FP32, without remote code. A local folder's
     weights must be exactly those its config.json implies (pit.models.weights.check_weights)."""

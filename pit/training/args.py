@@ -226,6 +226,8 @@ class PretrainArgs(RunArgs):
     """Learning-rate multiplier for PIT's L (beyond the paper; 1 = off)."""
     adam_eps: float = arg(1e-8, gt=0)
     """AdamW epsilon."""
+    optimizer: str = arg("adamw", choices=("adamw", "sgd"))
+    """adamw | sgd (plain SGD, no momentum and no state: only where AdamW's 8 bytes/parameter do not fit)."""
     compile: bool = False
     """Wrap the loss module in torch.compile."""
     log_every: int = arg(1, ge=1)

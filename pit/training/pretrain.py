@@ -37,7 +37,7 @@ from pit.tracking.provenance import git_commit
 from pit.tracking.tracker import METRIC_KEYS
 from pit.training.args import PretrainArgs
 from pit.training.objective import NextTokenLoss
-from pit.training.optim import optimizer_update, param_groups, warmup_cosine
+from pit.training.optim import make_optimizer, optimizer_update, warmup_cosine
 from pit.training.run_folder import FinishedRun, MetricsLog, RunFolder, RunHandles, claim
 from pit.training.runtime import Dist, init_distributed, mixed_precision, peak_memory_mb, resolve_device
 
@@ -139,13 +139,7 @@ def setup(args: PretrainArgs, folder: RunFolder, device: torch.device, d: Dist) 
     vocab = train_data.meta["vocab_size"]
     model = build_run_model(args, vocab, train_data.meta["eos_id"]).to(device)
     model.train()
-    optimizer = torch.optim.AdamW(
-        param_groups(model, args.weight_decay, args.lr, args.transform_lr_scale),
-        lr=args.lr,
-        betas=(args.beta1, args.beta2),
-        eps=args.adam_eps,
-        fused=True,
-    )
+    optimizer = make_optimizer(model, args)
     scheduler = warmup_cosine(optimizer, args)
     run_name = args.run_name or folder.name
     params = {

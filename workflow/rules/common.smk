@@ -163,7 +163,9 @@ POST = config["posttrain"]
 POST_ARMS = POST.get("interfaces", ARMS)  # the pretraining arms that get LoRA post-training
 for _mode, _arms in EXTRA_ARMS.items():
     if _arms and "pit" not in INTERFACES:
-        raise config_error(["pretrain", f"{_mode}_arms"], f"{_mode} arms are PIT arms: pretrain.interfaces must hold pit")
+        raise config_error(
+            ["pretrain", f"{_mode}_arms"], f"{_mode} arms are PIT arms: pretrain.interfaces must hold pit"
+        )
 if set(POST_ARMS) - set(ARMS):
     raise config_error(
         ["posttrain", "interfaces"],
@@ -442,7 +444,11 @@ def train_spec(run):
     """`pit train` of one pretraining run (docs/training.md); arms with the same seed see the same data order."""
     mode, slot, interface, _ = run
     tokenizer = mode_tokenizer(mode)
-    spec = {**PRETRAIN["train"], **PRETRAIN["mode_train"].get(mode, {})}
+    spec = {
+        **PRETRAIN["train"],
+        **PRETRAIN["mode_train"].get(mode, {}),
+        **PRETRAIN[f"{mode}_slots"][slot].get("train", {}),
+    }
     spec.update(
         mode=mode,
         model=teacher_source(slot) if mode == "teacher" else PRETRAIN["scratch_slots"][slot]["model"],
@@ -521,9 +527,9 @@ def evaluate_spec(run, task):
 # --- Every resolved spec, checked by pit's own run arguments ------------------------------------------
 
 
-def spec_field_keys(kind, field, override):
-    """The config key a field of a resolved run spec comes from (`override`: the section that overrides
-    pretrain.train for this run, mode_train.<mode> or stand_in_teacher)."""
+def spec_field_keys(kind, field, overrides):
+    """The config key a field of a resolved run spec comes from (`overrides`: the sections that override
+    pretrain.train for this run, last wins: mode_train.<mode> and <mode>_slots.<slot>.train, or stand_in_teacher)."""
     if field == "side_effect_seq_len" or (kind == "train" and field == "seq_len"):
         return ["context_length"]
     if field == "mlflow":
@@ -532,10 +538,13 @@ def spec_field_keys(kind, field, override):
         return ["posttrain", "data_source"] if field == "source" else ["posttrain", "lora", field]
     if field in ("interface", "tokenizer"):
         return ["pretrain", field]
-    section = PRETRAIN
-    for key in override[1:]:
-        section = section.get(key, {})
-    return [*override, field] if field in section else ["pretrain", "train", field]
+    for override in reversed(overrides):
+        section = PRETRAIN
+        for key in override[1:]:
+            section = section.get(key, {})
+        if field in section:
+            return [*override, field]
+    return ["pretrain", "train", field]
 
 
 def check_run_specs():
@@ -550,8 +559,15 @@ def check_run_specs():
 
         logger.warning(f"run specs not checked when reading the config (cannot import pit: {err})")
         return
-    specs = [("train", train_spec(run), ["pretrain", "mode_train", run[0]]) for run in pretrain_runs()]
-    specs += [("train", stand_in_spec(s), ["pretrain", "stand_in_teacher"]) for s in STAND_IN_SLOTS]
+    specs = [
+        (
+            "train",
+            train_spec(run),
+            [["pretrain", "mode_train", run[0]], ["pretrain", f"{run[0]}_slots", run[1], "train"]],
+        )
+        for run in pretrain_runs()
+    ]
+    specs += [("train", stand_in_spec(s), [["pretrain", "stand_in_teacher"]]) for s in STAND_IN_SLOTS]
     specs += [("lora", lora_spec(run, t), None) for run in posttrain_runs() for t in LORA_TASKS]
     for kind, spec, override in specs:
         try:
