@@ -37,7 +37,7 @@ def test_smoke_profile_overrides_only_budgets_sources_and_devices():
         r"^(profile|corpus/(hub_id|max_bytes|val_fraction)|tokenizers/bpe32k/sample_bytes|tokenize/.*"
         r"|mlflow/experiment|pretrain/(teacher|scratch)_slots/[^/]+/(teacher|train/optimizer)"
         r"|pretrain/train/.*|pretrain/mode_train/teacher/warmup_steps|pretrain/resources/.*|diagnostics/"
-        r"(positions|bigram_tokens)|posttrain/(data_source|lora/.*|evaluate/.*|resources/.*))$"
+        r"(positions|bigram_tokens)|posttrain/(keep_merged|data_source|lora/.*|evaluate/.*|resources/.*))$"
     )
     slots = smoke["pretrain"]["scratch_slots"]
     assert all(slots[s]["model"] == paper["pretrain"]["scratch_slots"][s]["model"] for s in slots)  # restated only

@@ -342,6 +342,12 @@ def lora_file(run, task, name):
     return f"{lora_dir(run, task)}/{name}"
 
 
+def merged_output(path):
+    """A LoRA run's merged model: kept (the default), or with `posttrain.keep_merged: false` a temporary output
+    that Snakemake deletes once its evaluation has read it (base + adapter rebuild it: pit lora merge)."""
+    return path if POST.get("keep_merged", True) else temp(path)
+
+
 def posttrain_outputs():
     """Every LoRA run's evaluations and side effects: the post-training stage's final outputs."""
     return [

@@ -17,7 +17,7 @@ rule lora:
         summary=lora_file(RUN, "{task}", "summary.json"),
         side_effects=lora_file(RUN, "{task}", "side_effects.json"),
         adapter=directory(lora_file(RUN, "{task}", "adapter")),
-        merged=directory(lora_file(RUN, "{task}", "merged")),
+        merged=merged_output(directory(lora_file(RUN, "{task}", "merged"))),
     log:
         run_log("posttrain", RUN, "lora_{task}_"),
     conda:
