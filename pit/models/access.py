@@ -76,7 +76,7 @@ def residual_states(model, ids: torch.Tensor) -> tuple[list[torch.Tensor], torch
     if isinstance(model, PitForCausalLM):
         h, states = model.hidden_states(ids, output_hidden_states=True)
         return [norm(s[:, -1]) for s in states], model.interface.logits(h[:, -1])
-    out = model(ids, output_hidden_states=True, use_cache=False)
+    out = model(ids, output_hidden_states=True, use_cache=False, logits_to_keep=1)  # the head at the last position
     *inner, last = out.hidden_states
     return [norm(s[:, -1]) for s in inner] + [last[:, -1]], out.logits[:, -1]
 
