@@ -42,11 +42,11 @@ def pretrain_rows(root: Path) -> list[str]:
 
 def lora_rows(root: Path) -> list[str]:
     rows = ["| run | steps | s/step | peak memory (GB) |", "|---|---|---|---|"]
-    for summary_path in sorted(root.glob("results/posttrain/*/*/*/*/lora/summary.json")):
+    for summary_path in sorted(root.glob("results/posttrain/*/*/*/*/summary.json")):
         s = _json(summary_path)
         steps = s.get("steps") or 1
         peak = s.get("peak_memory_mb")
-        name = "/".join(summary_path.parent.parent.relative_to(root / "results/posttrain").parts)
+        name = "/".join(summary_path.parent.relative_to(root / "results/posttrain").parts)
         rows.append(
             f"| {name} | {steps} | {s.get('runtime_s', float('nan')) / steps:.0f} "
             f"| {'' if peak is None else f'{peak / 1024:.1f}'} |"

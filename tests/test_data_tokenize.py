@@ -92,3 +92,64 @@ def test_context_length_too_long_for_the_split_writes_nothing(inputs, tmp_path):
     with pytest.raises(PitError, match="fewer than one window"):
         tokenize_split(inputs[0], "val", inputs[1], tmp_path / "val.bin", context_length=10**9)
     assert not list(tmp_path.iterdir())
+
+
+@pytest.fixture(scope="module")
+def default_profile_data(tmp_path_factory):
+    """The default profile's corpus (config/config.yaml, whole) and both its tokenizers."""
+    import yaml
+    from helpers import ROOT
+
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    folder = tmp_path_factory.mktemp("default_profile")
+    manifest = folder / "corpus/manifest.json"
+    download(config["corpus"], manifest)
+    for name, spec in config["tokenizers"].items():
+        build_tokenizer(name, spec, folder / name, corpus=str(manifest))
+    return manifest, folder, list(config["tokenizers"])
+
+
+def test_tiktoken_path_gives_todays_ids_on_the_whole_default_corpus(default_profile_data, tmp_path):
+    """Both tokenizers of the default profile, both splits, every document: the token file the data stage writes
+    (tiktoken) holds exactly the ids `tokenizers` gives, EOS after each document."""
+    from tokenizers import Tokenizer
+
+    manifest, folder, names = default_profile_data
+    for name in names:
+        reference = Tokenizer.from_file(str(folder / name / "tokenizer.json"))
+        reference.encode_special_tokens = True
+        for split in ("train", "val"):
+            sidecar = tokenize_split(manifest, split, folder / name, tmp_path / f"{name}-{split}.bin", workers=2)
+            assert sidecar["encoder"].startswith("tiktoken ")
+            texts = [t for batch in iter_text_batches(manifest, split, 256) for t in batch]
+            expected = [
+                i
+                for e in reference.encode_batch_fast(texts, add_special_tokens=False)
+                for i in [*e.ids, sidecar["eos_id"]]
+            ]
+            got = np.fromfile(tmp_path / f"{name}-{split}.bin", dtype=sidecar["dtype"])
+            assert sidecar["documents"] == len(texts) and got.tolist() == expected, (name, split)
+
+
+def test_a_tokenizer_tiktoken_cannot_serve_falls_back_to_tokenizers(default_profile_data, tmp_path):
+    """A BPE whose merged ids do not grow with the merge order: tiktoken would merge in another order, so the
+    data stage encodes with `tokenizers` and says so in the sidecar."""
+    import json
+    import shutil
+
+    from pit.data.tokenizers import tiktoken_encoding
+    from pit.io import sha256_file
+
+    manifest, folder, _ = default_profile_data
+    shutil.copytree(folder / "gpt2", tmp_path / "swapped")
+    spec_path = tmp_path / "swapped/tokenizer.json"
+    spec = json.loads(spec_path.read_text())
+    vocab = spec["model"]["vocab"]
+    first, second = ("".join(m) if isinstance(m, list) else m.replace(" ", "") for m in spec["model"]["merges"][:2])
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    spec_path.write_text(json.dumps(spec))
+    meta = json.loads((tmp_path / "swapped/meta.json").read_text())
+    (tmp_path / "swapped/meta.json").write_text(json.dumps(meta | {"tokenizer_sha256": sha256_file(spec_path)}))
+    assert tiktoken_encoding(spec_path)[1] == "merged tokens' ids do not grow with the merge order"
+    sidecar = tokenize_split(manifest, "val", tmp_path / "swapped", tmp_path / "val.bin", workers=2)
+    assert sidecar["encoder"].startswith("tokenizers ")

@@ -3,13 +3,20 @@
 The file is the documents' token ids back to back, each document followed by EOS, as uint16
 when the vocabulary fits (V <= 65535) else uint32. Special-token text inside a document is
 encoded as ordinary text, so EOS only ever marks document ends.
+
+The encoder is tiktoken, on `workers` threads, wherever it can serve the tokenizer's vocabulary with the same
+ids (`choose_encoder`; GPT-2's and the BPEs trained here); else `tokenizers` in `workers` processes. The
+sidecar's `encoder` names the one used. docs/data.md has the throughput of both.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
+import itertools
 import multiprocessing
 import os
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 from pit.data.download import iter_text_batches, read_manifest
-from pit.data.tokenizers import load_tokenizer
+from pit.data.tokenizers import load_tokenizer, tiktoken_encoding
 from pit.errors import PitError
 from pit.io import atomic_path, write_json
 
@@ -44,6 +51,47 @@ def _encode_batch(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     ids = [e.ids + [_worker["eos_id"]] for e in encodings]
     lengths = np.array([len(doc) for doc in ids], dtype=np.int64)
     return np.fromiter((t for doc in ids for t in doc), dtype=_worker["dtype"], count=int(lengths.sum())), lengths
+
+
+def _tiktoken_batches(encoding, batches, threads: int, eos_id: int, dtype: np.dtype):
+    """(ids with EOS after each document, tokens per document incl. EOS) of each batch, the arrays `_encode_batch`
+    gives, encoded by tiktoken on one pool of `threads` threads (its encoder releases the GIL). Each document is
+    encoded straight into a numpy buffer (`encode_to_numpy`, special-token text as ordinary text: no Python list
+    of ints), and the next batches are encoded while this one is joined and written."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    encode = functools.partial(encoding.encode_to_numpy, disallowed_special=())
+    eos = np.array([eos_id], dtype=np.uint32)
+    with ThreadPoolExecutor(threads) as pool:
+        ahead: collections.deque = collections.deque()
+        for texts in batches:
+            ahead.append([pool.submit(encode, text) for text in texts])
+            if len(ahead) > 2:
+                yield _joined([future.result() for future in ahead.popleft()], eos, dtype)
+        while ahead:
+            yield _joined([future.result() for future in ahead.popleft()], eos, dtype)
+
+
+def _joined(docs: list[np.ndarray], eos: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The documents' ids back to back, EOS after each, as `dtype`; and tokens per document incl. EOS."""
+    lengths = np.fromiter((len(doc) + 1 for doc in docs), dtype=np.int64, count=len(docs))
+    parts = [part for doc in docs for part in (doc, eos)]
+    return (np.concatenate(parts) if parts else np.empty(0, np.uint32)).astype(dtype), lengths
+
+
+def choose_encoder(tokenizer, tokenizer_json: str, first: list[str], sample_bytes: int = 200_000) -> tuple[Any, str]:
+    """(tiktoken encoding or None, why not) for a saved tokenizer: tiktoken where it can serve the vocabulary
+    (pit.data.tokenizers.tiktoken_encoding) and gives the same ids as `tokenizer` (a `tokenizers.Tokenizer`) on the
+    leading documents of the batch `first`, up to `sample_bytes` of text."""
+    encoding, why = tiktoken_encoding(tokenizer_json)
+    if encoding is None:
+        return None, why
+    sizes = itertools.accumulate(len(text) for text in first)
+    sample = first[: 1 + sum(1 for size in sizes if size < sample_bytes)]
+    tokenizer.encode_special_tokens = True
+    expected = [e.ids for e in tokenizer.encode_batch_fast(sample, add_special_tokens=False)]
+    bad = next((i for i, (a, b) in enumerate(zip(encoding.encode_ordinary_batch(sample), expected)) if a != b), None)
+    return (None, f"tiktoken's ids differ from tokenizers' in document {bad}") if bad is not None else (encoding, "")
 
 
 def _in_order(pool, batches, depth: int):
@@ -83,11 +131,13 @@ def tokenize_split(
     batch_documents: int = 64,
     token_budget: int | None = None,
     context_length: int | None = None,
+    encoder: str = "auto",
 ) -> dict[str, Any]:
     """Tokenize `split` of the corpus at `corpus` (manifest.json) into `out` (.bin) and its .json sidecar.
 
     With `token_budget`, whole documents are kept while the total stays within the budget.
     With `context_length`, the file must hold at least one window of context_length + 1 tokens.
+    `encoder`: auto (tiktoken where it gives the same ids, else tokenizers) | tokenizers.
     """
     if workers < 1 or batch_documents < 1:
         raise PitError(f"workers {workers} / batch_documents {batch_documents}: expected positive integers")
@@ -96,20 +146,33 @@ def tokenize_split(
     manifest = read_manifest(corpus)
     if split not in manifest["shards"]:
         raise PitError(f"split {split!r}: expected one of {sorted(manifest['shards'])}")
-    _, meta = load_tokenizer(tokenizer_folder)
+    tokenizer, meta = load_tokenizer(tokenizer_folder)
     dtype = token_dtype(meta["vocab_size"])
     init_args = (str(Path(tokenizer_folder) / "tokenizer.json"), meta["eos_id"], dtype.str)
     batches = iter_text_batches(corpus, split, batch_documents)
+    first = next(batches, [])
+    batches = itertools.chain([first], batches)
+    if encoder not in ("auto", "tokenizers"):
+        raise PitError(f"encoder {encoder!r}: expected 'auto' or 'tokenizers'")
+    encoding, why_not = choose_encoder(tokenizer, init_args[0], first) if encoder == "auto" else (None, "asked for")
+    encoder = f"tiktoken {version('tiktoken')}" if encoding is not None else f"tokenizers {version('tokenizers')}"
+    if encoding is None:
+        print(f"tokenize {split} with {meta['name']}: tokenizers encodes ({why_not})")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker process
     out = Path(out)
     sidecar_path = out.with_suffix(".json")
     # Fork before anything starts threads (tqdm, Parquet reads); workers load their own tokenizer.
-    pool = multiprocessing.get_context("fork").Pool(workers, _init_worker, init_args) if workers > 1 else None
+    use_pool = encoding is None and workers > 1
+    pool = multiprocessing.get_context("fork").Pool(workers, _init_worker, init_args) if use_pool else None
     bar = tqdm(total=manifest["splits"][split], unit="doc", desc=f"tokenize {split} with {meta['name']}")
     try:
-        if pool is None:
+        if encoding is not None:
+            results = _tiktoken_batches(encoding, batches, workers, meta["eos_id"], dtype)
+        elif pool is None:
             _init_worker(*init_args)
-        results = map(_encode_batch, batches) if pool is None else _in_order(pool, batches, depth=4 * workers)
+            results = map(_encode_batch, batches)
+        else:
+            results = _in_order(pool, batches, depth=4 * workers)
         with atomic_path(out) as tmp, open(tmp, "wb") as f:
             n_tokens, n_docs = write_tokens(f, results, token_budget, bar)
             f.flush()
@@ -129,6 +192,7 @@ def tokenize_split(
         "tokenizer_sha256": meta["tokenizer_sha256"],
         "vocab_size": meta["vocab_size"],
         "eos_id": meta["eos_id"],
+        "encoder": encoder,
         "dtype": dtype.name,
         "tokens": n_tokens,
         "documents": n_docs,

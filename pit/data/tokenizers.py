@@ -167,9 +167,50 @@ def load_tokenizer(folder: str | os.PathLike):
     return Tokenizer.from_file(str(json_path)), meta
 
 
+def _byte_decoder() -> dict[str, int]:
+    """The inverse of GPT-2's `bytes_to_unicode`: the printable character that stands for each byte in a byte-level
+    BPE vocabulary -> that byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    others = [b for b in range(256) if b not in printable]
+    return {chr(b): b for b in printable} | {chr(256 + n): b for n, b in enumerate(others)}
+
+
+def tiktoken_encoding(tokenizer_json: str | os.PathLike):
+    """A `tiktoken.Encoding` that gives the ids of a saved byte-level BPE (GPT-2's or one trained here), or
+    (None, why not) when the file is not one it can serve.
+
+    tiktoken merges, in each pre-token, the adjacent pair whose concatenation has the lowest rank; `tokenizers`
+    the pair that comes first in the merge list. With rank = id and ids that grow with the merge index (as
+    GPT-2's and BpeTrainer's do), the two agree unless a vocabulary token can also be reached by another split
+    than its own merge, or a whole pre-token is a vocabulary entry that the merges would not build. Neither
+    happens on the corpora checked (tests/test_data_tokenize.py), and `tokenize_split` compares the two encoders
+    on the first batch of every split. Pre-tokenization: GPT-2's regex, as ByteLevel(use_regex=True)."""
+    import tiktoken
+    from tiktoken_ext.openai_public import r50k_pat_str
+
+    spec = json.loads(Path(tokenizer_json).read_text())
+    model, pre = spec.get("model") or {}, spec.get("pre_tokenizer") or {}
+    if model.get("type") != "BPE" or spec.get("normalizer") is not None or model.get("dropout") is not None:
+        return None, "not a plain BPE model without normalizer or dropout"
+    if pre.get("type") != "ByteLevel" or pre.get("add_prefix_space") or not pre.get("use_regex", True):
+        return None, "pre-tokenizer is not ByteLevel(add_prefix_space=False, use_regex=True)"
+    special = {t["content"]: t["id"] for t in spec.get("added_tokens", [])}
+    vocab, decode = model["vocab"], _byte_decoder()
+    merged = [vocab.get("".join(m) if isinstance(m, list) else m.replace(" ", "", 1)) for m in model["merges"]]
+    if None in merged or any(a >= b for a, b in zip(merged, merged[1:])):
+        return None, "merged tokens' ids do not grow with the merge order"
+    try:
+        ranks = {bytes(decode[ch] for ch in token): i for token, i in vocab.items() if token not in special}
+    except KeyError:
+        return None, "a vocabulary entry is not byte-level"
+    return tiktoken.Encoding(
+        Path(tokenizer_json).parent.name, pat_str=r50k_pat_str, mergeable_ranks=ranks, special_tokens=special
+    ), None
+
+
 def tiktoken_gpt2():
     """tiktoken's GPT-2 encoding built offline from the same package files: the reference the tests and
-    benchmarks check our ids against (tiktoken comes with the `dev` extra)."""
+    benchmarks check our ids against."""
     import tiktoken
     from tiktoken.load import data_gym_to_mergeable_bpe_ranks
     from tiktoken_ext.openai_public import r50k_pat_str
