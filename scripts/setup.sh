@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One-step set-up for a fresh machine: installs the pinned CPU PyTorch first (an unpinned torch
 # would pull several GB of CUDA packages), then the project and its pinned dependencies, and,
-# where this runs as root on Debian/Ubuntu, Chromium for the test that renders the HTML report and
-# bubblewrap, the sandbox of `pit evaluate`'s code samples (docs/evaluation.md).
+# where this runs as root on Debian/Ubuntu, Chromium for the test that renders the HTML report,
+# bubblewrap, the sandbox of `pit evaluate`'s code samples (docs/evaluation.md), and SLURM with munge,
+# slurmdbd and MariaDB for the test that runs the workflow through a real scheduler (tests/slurm_cluster.py
+# starts its own daemons under a temporary folder; none is started or enabled here).
 # Idempotent: a second run only checks that everything is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,5 +25,13 @@ if ! command -v bwrap >/dev/null 2>&1; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
     else
         echo "note: bubblewrap is not installed; pit evaluate then runs code samples without namespaces (apt-get install bubblewrap)" >&2
+    fi
+fi
+if ! command -v slurmctld >/dev/null 2>&1 && ! [ -x /usr/sbin/slurmctld ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge slurmdbd \
+            mariadb-server >/dev/null
+    else
+        echo "note: SLURM is not installed; the scheduler test needs it (apt-get install slurm-wlm munge slurmdbd mariadb-server)" >&2
     fi
 fi
