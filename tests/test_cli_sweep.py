@@ -158,6 +158,16 @@ SWEEP = {
     "arch": [
         (["--bogus"], "--bogus"),
     ],
+    "fixtures fineweb-edu": [
+        (["--out", "{T}/fw", "--glob", "{T}/nothing/*.txt"], "matches no files"),
+        (["--out", "{T}/fw", "--max-bytes", "0"], "max_bytes 0"),
+        (["--glob", "{T}/*.txt"], "--out"),
+    ],
+    "fixtures teacher": [
+        (["--model", "scratch-133m", "--out", "{T}/t"], "--model 'scratch-133m'"),
+        (["--model", "nope", "--out", "{T}/t"], "unknown model name 'nope'"),
+        (["--out", "{T}/t"], "--model"),
+    ],
     "export": [
         (["{T}/none", "{T}/out"], "'{T}/none' does not exist"),
         (["{T}", "{T}/out"], "no config.json"),

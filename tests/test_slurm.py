@@ -25,7 +25,7 @@ from test_train import free_port, rows, spec
 from pit.training.args import PretrainArgs
 from pit.training.pretrain import train
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]  # one worker starts the one cluster
 SLURM = "workflow/profiles/slurm"
 TARGET = "results/tables/table1.md"
 RUNS = ["results/pretrain/scratch/303m/pit", "results/pretrain/scratch/303m/tt"]
