@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# One-step set-up for a fresh machine: installs the pinned CPU PyTorch first (an unpinned torch
-# would pull several GB of CUDA packages), then the project and its pinned dependencies, and,
-# where this runs as root on Debian/Ubuntu, Chromium for the test that renders the HTML report,
-# bubblewrap, the sandbox of `pit evaluate`'s code samples (docs/evaluation.md), and SLURM with munge,
-# slurmdbd and MariaDB for the test that runs the workflow through a real scheduler (tests/slurm_cluster.py
-# starts its own daemons under a temporary folder; none is started or enabled here).
+# One-step set-up for a fresh machine, into a virtual environment of this checkout (.venv; docs/install.md):
+# the pinned CPU PyTorch first (an unpinned torch would pull several GB of CUDA packages), then the project
+# (editable) and its pinned dependencies. Nothing is installed into the system interpreter, so two clones never
+# run each other's `pit`. Where this runs as root on Debian/Ubuntu it also installs system packages: Chromium for
+# the tests that render the HTML reports, bubblewrap, the sandbox of `pit evaluate`'s code samples
+# (docs/evaluation.md), and SLURM with munge, slurmdbd and MariaDB for the test that runs the workflow through a
+# real scheduler (tests/slurm_cluster.py starts its own daemons under a temporary folder; none is started here).
 # Idempotent: a second run only checks that everything is installed.
+#   PYTHON=python3.12 bash scripts/setup.sh     # the interpreter the environment is made from (default python3)
+#   PIT_VENV=/elsewhere bash scripts/setup.sh   # another place for the environment (default .venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
+VENV=${PIT_VENV:-.venv}
+[ -x "$VENV/bin/python" ] || "${PYTHON:-python3}" -m venv "$VENV"
+PY="$VENV/bin/python"
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '2.13.0' else 1)" 2>/dev/null; then
     "$PY" -m pip install --quiet "torch==2.13.0"
 fi

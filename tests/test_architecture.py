@@ -13,6 +13,7 @@ from helpers import ROOT
 PIT = ROOT / "pit"
 LAYERS = {
     "pit.errors": 0,
+    "pit.checkout": 1,  # which checkout runs: stdlib only
     "pit.io": 1,  # io may raise PitError; it shares layer 1 with core, and neither imports the other
     "pit.core": 1,
     "pit.models": 2,

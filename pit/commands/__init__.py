@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 
+from pit.checkout import environment_mismatch
 from pit.errors import PitError
 
 # command -> (module that registers it, one-line help shown by `pit --help`)
@@ -55,6 +56,10 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
+    reason = environment_mismatch()  # a workflow job run by another checkout's `pit` (docs/install.md)
+    if reason:
+        print(f"pit {args.command}: error: {reason}", file=sys.stderr)
+        return 2
     try:
         return int(args.func(args) or 0)
     except BAD_INPUT as err:

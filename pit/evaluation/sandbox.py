@@ -358,6 +358,8 @@ def _installation() -> dict:
         libpython = os.path.realpath(candidate) if name and os.path.isfile(candidate) else None
         libpython = (name, libpython) if libpython else None
     sites = [*site.getsitepackages(), site.getusersitepackages()]
+    base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}  # in a venv: the base interpreter's own
+    sites += [sysconfig.get_path(kind, vars=base) for kind in ("purelib", "platlib")]
     for pattern in ("lib/python3*/dist-packages", "lib/python3*/site-packages", "local/lib/python3*/*-packages"):
         sites += [str(p) for p in Path("/usr").glob(pattern)]
     return {"exe": exe, "stdlib": stdlib, "libpython": libpython, "sites": sorted({os.path.realpath(s) for s in sites})}

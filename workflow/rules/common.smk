@@ -6,6 +6,7 @@ wires files to one `pit` subcommand and takes its paths and settings from the he
 """
 
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -15,7 +16,34 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-DEFAULT_CONFIG_FILE = Path(workflow.basedir).parent / "config" / "config.yaml"
+CHECKOUT = Path(workflow.basedir).parent  # the clone this Snakefile belongs to
+DEFAULT_CONFIG_FILE = CHECKOUT / "config" / "config.yaml"
+
+
+def check_checkout():
+    """Refuse (one line) when the imported `pit` is another clone's different code, and export this checkout to
+    the jobs (PIT_CHECKOUT), whose `pit` makes the same check (pit/checkout.py, docs/install.md)."""
+    os.environ["PIT_CHECKOUT"] = str(CHECKOUT.resolve())  # pit.checkout.CHECKOUT_ENV
+    try:
+        from pit.checkout import checkout_mismatch
+    except ImportError:  # pit only in the jobs' conda env: each job checks itself
+        return
+    reason = checkout_mismatch(CHECKOUT)
+    if reason:
+        raise WorkflowError(reason)
+
+
+def job_environment():
+    """Defaults for the jobs' environment: caches of derived files go to .snakemake/cache/ of the working
+    directory, not the user's home, and MLflow sends no telemetry (docs/install.md); a value already set wins."""
+    cache = Path(".snakemake", "cache").resolve()
+    os.environ.setdefault("MPLCONFIGDIR", str(cache / "matplotlib"))
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "torchinductor"))
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+
+check_checkout()
+job_environment()
 
 
 def config_files():
