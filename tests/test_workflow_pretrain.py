@@ -88,13 +88,31 @@ def test_diagnostics_separate_pit_from_tt(pipeline):
 
 
 def test_tables_figures_and_report(pipeline):
+    import pandas as pd
     from PIL import Image
 
     workdir = pipeline
-    for name in ("table1", "table2", "table3", "table4"):
-        for suffix in (".md", ".csv", ".tex"):
-            text = (workdir / f"results/tables/{name}{suffix}").read_text()
-            assert "default" in text, (name, suffix)
+    tables = sorted((workdir / "results/tables").glob("*.csv"))
+    names = ["claims", "table1", "table2", "table3", "table4_scores", "table4_side_effects"]
+    assert [t.stem for t in tables] == sorted(names)
+    for csv in tables:  # plain tables: the header row first, the documented columns, numbers as numbers
+        table, sidecar = pd.read_csv(csv), json.loads(csv.with_suffix(".json").read_text())
+        assert sidecar["profile"] == "default" and sidecar["caption"] and len(table) > 0, csv.name
+        assert list(table.columns) == [c["name"] for c in sidecar["columns"]], csv.name
+        for c in sidecar["columns"]:
+            numeric = c["type"] == "number"
+            assert numeric == (table[c["name"]].dtype.kind in "fiu"), (csv.name, c)
+            assert not numeric or c["unit"] is not None, (csv.name, c)
+        for suffix in (".md", ".tex", ".html"):
+            assert "default" in csv.with_suffix(suffix).read_text(), (csv.name, suffix)
+    table1 = pd.read_csv(workdir / "results/tables/table1.csv")
+    assert table1["runtime_s"].dtype.kind == "f" and (table1["runtime_s"] > 0).all()
+    assert table1["paper_runtime_s"].max() > 3600  # the paper's runtimes, '1h 24m' -> 5040 s
+    assert {c["name"]: c["unit"] for c in json.loads((workdir / "results/tables/table1.json").read_text())["columns"]}[
+        "runtime_s"
+    ] == "seconds"
+    for column in ("mode", "slot", "method", "first_loss", "val_loss"):
+        assert column in table1.columns, column
     table2 = (workdir / "results/tables/table2.csv").read_text()
     assert "raw_cosine" in table2 and "polar_cosine" in table2 and "paper_cosine" in table2
     for png in (
@@ -108,7 +126,7 @@ def test_tables_figures_and_report(pipeline):
         assert image.size[0] > 300 and image.size[1] > 200
         assert len(np.unique(np.asarray(image.convert("L")))) > 20, f"{png} looks blank"
     table1 = (workdir / "results/tables/table1.csv").read_text()
-    assert "PIT-head" in table1 and "first_loss" in table1 and "paper_runtime_min" in table1
+    assert "PIT-head" in table1 and "first_loss" in table1 and "paper_runtime_s" in table1
     report = (workdir / "results/REPORT.md").read_text()
     assert "Table 1" in report and "Table 2" in report and "paper_train_loss" in report
     # what produced the numbers, and what they can be compared with
@@ -133,22 +151,20 @@ def test_post_training_fills_table4_with_scores_gains_and_side_effects(pipeline)
             if kind == "pit":
                 assert fx["delta_ti_after"] < 1e-4
             assert (run / "mbpp/merged/model.safetensors").is_file()
-    table = pd.read_csv(workdir / "results/tables/table4.csv", comment="#")
+    table = pd.read_csv(workdir / "results/tables/table4_scores.csv")
     assert len(table) == 4 and set(table["method"]) == {"PIT", "TT"}
-    for col in (
-        "mbpp",
-        "paper_mbpp",
-        "humaneval",
-        "paper_humaneval",
-        "gain_mbpp",
-        "kl_mbpp",
-        "val_loss_change_mbpp",
-        "interface_change_mbpp",
-    ):
-        assert table[col].notna().all(), col
-    assert (table["kl_mbpp"] > 0).all() and (table["problems"].astype(str) == "2").all()
+    for col in ("mbpp", "paper_mbpp", "humaneval", "paper_humaneval", "nll_mbpp", "base_nll_mbpp"):
+        assert table[col].notna().all() and table[col].dtype.kind == "f", col
+    assert (table["problems_mbpp"] == 2).all() and (table["problems_humaneval"] == 2).all()
     assert (table["standin_data"] == "mbpp-standin").all()  # HumanEval is the real data set
-    assert "Table 4" in (workdir / "results/REPORT.md").read_text()
+    effects = pd.read_csv(workdir / "results/tables/table4_side_effects.csv")
+    keys = ["mode", "slot", "method"]
+    assert effects[keys].equals(table[keys])  # the same runs, in the same order
+    for col in ("gain_mbpp", "nll_gain_mbpp", "kl_mbpp", "val_loss_change_mbpp", "interface_change_mbpp"):
+        assert effects[col].notna().all() and effects[col].dtype.kind == "f", col
+    assert (effects["kl_mbpp"] > 0).all() and "mbpp" not in effects.columns
+    report = (workdir / "results/REPORT.md").read_text()
+    assert "## Table 4 (scores)" in report and "## Table 4 (side effects)" in report
 
 
 def test_paper_profile_dry_run_has_fifteen_gpu_pretraining_jobs(tmp_path):
