@@ -14,6 +14,91 @@ from helpers import PAPER_CONFIG, job_counts, snakemake
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline")]  # one worker builds the shared run
 
 
+class DevTools:
+    """Headless Chromium driven over --remote-debugging-pipe (the DevTools protocol on fds 3 and 4; stdlib only)."""
+
+    def __init__(self, chromium: str, flags: list[str], url: str):
+        import os
+        import subprocess
+
+        to_child, self._write = os.pipe()
+        self._read, from_child = os.pipe()
+
+        def child_fds():  # fds 3 and 4 in the child, inheritable (os.pipe's are close-on-exec)
+            a, b = os.dup(to_child), os.dup(from_child)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        cmd = [chromium, *flags, "--remote-debugging-pipe", url]
+        self.proc = subprocess.Popen(
+            cmd, close_fds=False, preexec_fn=child_fds, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        os.close(to_child)
+        os.close(from_child)
+        self._buf, self._id = b"", 0
+        page = next(t for t in self.send("Target.getTargets")["targetInfos"] if t["type"] == "page")
+        self.session = self.send("Target.attachToTarget", {"targetId": page["targetId"], "flatten": True})["sessionId"]
+
+    def send(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
+        import os
+
+        self._id += 1
+        message = {"id": self._id, "method": method, "params": params or {}}
+        os.write(self._write, json.dumps(message | ({"sessionId": session} if session else {})).encode() + b"\0")
+        while True:  # events and replies, each ending in NUL, until the reply to this message
+            while b"\0" not in self._buf:
+                chunk = os.read(self._read, 1 << 16)
+                assert chunk, f"Chromium closed the DevTools pipe during {method}"
+                self._buf += chunk
+            raw, self._buf = self._buf.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self._id:
+                assert "error" not in reply, (method, reply["error"])
+                return reply["result"]
+
+    def js(self, expression: str, context: int | None = None):
+        params = {"expression": expression, "returnByValue": True} | ({"contextId": context} if context else {})
+        return self.send("Runtime.evaluate", params, self.session)["result"].get("value")
+
+    def wait(self, fn, what: str, timeout: float = 30.0):
+        import time
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if value := fn():
+                return value
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def frame_text(self) -> str | None:
+        """The text of the page's first child frame (an iframe with a data: URL: read in its own world)."""
+        for child in self.send("Page.getFrameTree", {}, self.session)["frameTree"].get("childFrames", []):
+            world = self.send("Page.createIsolatedWorld", {"frameId": child["frame"]["id"]}, self.session)
+            return self.js("document.body ? document.body.innerText : ''", world["executionContextId"])
+        return None
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def report_entry_text(chromium: str, flags: list[str], url: str, entry: str) -> str:
+    """Open the Snakemake report, go to the Tables category, click the eye of `entry`'s row and return the text
+    of what opened (the report shows HTML results in an iframe)."""
+    browser = DevTools(chromium, flags, url)
+    try:
+        click = "[...document.querySelectorAll('a')].find(a => a.textContent.trim() === 'Tables')"
+        browser.wait(lambda: browser.js(f"(a => a && (a.click(), true))({click})"), "the Tables category")
+        row = f"[...document.querySelectorAll('tr')].find(r => r.textContent.trim() === {json.dumps(entry)})"
+        browser.wait(
+            lambda: browser.js(f"(r => r && (r.querySelector('a[iconname=eye]').click(), true))({row})"), entry
+        )
+        browser.wait(lambda: browser.js("(document.querySelector('iframe') || {}).src"), "the table's frame")
+        return browser.wait(browser.frame_text, "the table's text")
+    finally:
+        browser.close()
+
+
 @pytest.fixture(scope="module")
 def pipeline(pipeline_project):
     return pipeline_project.root
@@ -187,9 +272,11 @@ def test_html_report_renders_in_headless_chromium(pipeline_project, tmp_path):
     html = workdir / "report.html"
     raw = html.read_text()
     for name in (
-        "table1.csv",
-        "table2.csv",
-        "table3.csv",
+        "table1.html",
+        "table2.html",
+        "table3.html",
+        "table4_scores.html",
+        "table4_side_effects.html",
         "figure3_scratch_loss.png",
         "figure4_teacher_loss.png",
         "interface_drift.png",
@@ -230,3 +317,11 @@ def test_html_report_renders_in_headless_chromium(pipeline_project, tmp_path):
     from PIL import Image
 
     assert len(np.unique(np.asarray(Image.open(shot).convert("L")))) > 10, "the rendered report is blank"
+    # click table1's entry as a person would; the table opens inline, its numbers readable in the page
+    import pandas as pd
+
+    text = report_entry_text(chromium, flags[:-3], html.as_uri(), "results/tables/table1.html")
+    assert text.startswith("Table 1.") and "Profile: default" in text, text[:200]
+    table1 = pd.read_csv(workdir / "results/tables/table1.csv")
+    for value in (*table1["val_loss"], *table1["first_loss"]):
+        assert f"{value:.4g}" in text, (value, text[:500])

@@ -354,7 +354,7 @@ def table_sidecar(df: pd.DataFrame, name: str, profile: str, notes: list[str]) -
     columns = [
         {"name": str(c), "type": "number", "unit": column_unit(str(c))}
         if df[c].dtype.kind in "fiu"
-        else {"name": str(c), "type": "text"}
+        else {"name": str(c), "type": "text", "unit": ""}
         for c in df.columns
     ]
     return {"table": name, "caption": TITLES[name], "profile": profile, "columns": columns, "notes": list(notes)}
