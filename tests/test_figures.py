@@ -1,4 +1,5 @@
-"""The figures' reading aids: prompts as typed, panels in size order, coinciding curves named, zero gains shown."""
+"""What people read: runtimes formatted in the .md/.tex/.html tables; the figures' reading aids (prompts as typed,
+panels in size order, coinciding curves named, zero gains shown)."""
 
 import json
 
@@ -6,6 +7,13 @@ import numpy as np
 from PIL import Image
 
 from pit.reporting.figures import coincident_arms, panel_order, prompt_title, side_effects
+from pit.reporting.tables import format_duration, runtime_seconds
+
+
+def test_runtimes_are_seconds_in_csv_and_read_as_durations():
+    assert runtime_seconds("1h 24m") == 5040.0 and runtime_seconds("0m 09s") == 9.0 and runtime_seconds(None) is None
+    shown = [format_duration(s) for s in (7.34, 9.0, 42.4, 90.0, 599.6, 5040.0, 13779.0, float("nan"), None)]
+    assert shown == ["7.3s", "9s", "42s", "1m 30s", "10m 00s", "1h 24m", "3h 50m", "", ""]
 
 
 def test_prompt_titles_are_unescaped_wrapped_and_short():

@@ -56,8 +56,11 @@ def format_duration(seconds: float | None) -> str:
         return ""
     if seconds < 60:
         return f"{seconds:.2g}s" if seconds < 10 else f"{seconds:.0f}s"
-    minutes = round(seconds / 60)
-    return f"{minutes // 60}h {minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m {round(seconds) % 60:02d}s"
+    if seconds < 3600:
+        minutes, rest = divmod(round(seconds), 60)
+        return f"{minutes}m {rest:02d}s"
+    hours, minutes = divmod(round(seconds / 60), 60)
+    return f"{hours}h {minutes:02d}m"
 
 
 class Run(NamedTuple):
