@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 WALL_CLOCK_KEYS = {"time_s", "tokens_per_s"}
-WALL_CLOCK_COLUMNS = {"runtime", "runtime_min"}
+WALL_CLOCK_COLUMNS = {"runtime", "runtime_min", "runtime_s"}
 
 
 def metrics_text(path: Path) -> str:

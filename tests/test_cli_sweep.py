@@ -140,6 +140,7 @@ SWEEP = {
         (["table1", "--runs", "{T}/none", "--profile", "p", "--out", "{T}/t"], "'{T}/none'"),
         (["table1", "--runs", "{T}/runs", "--profile", "p", "--out", "{T}/t"], "summary.json' is not valid JSON"),
         (["table9", "--profile", "p", "--out", "{T}/t"], "table9"),
+        (["table4", "--runs", "{T}/runs", "--profile", "p", "--out", "{T}/t"], "table4_scores"),  # now two tables
     ],
     "figure": [
         (["loss-curves", "--runs", "{T}/runs", "--profile", "p", "--out", "{T}/f.png"], "--mode"),

@@ -36,7 +36,7 @@ def test_paper_dag_under_slurm_has_every_stage(paper_on_slurm):
     # 3 teacher slots x (PIT, PIT-head, TT) + 3 scratch slots x (PIT, TT)
     assert counts["pretrain"] == 15 and "pretrain_stand_in_teacher" not in counts
     assert counts["diagnose"] == 15
-    for rule in ("table1", "table2", "table3", "table4", "report_md", "mlflow_summary"):
+    for rule in ("table1", "table2", "table3", "table4_scores", "table4_side_effects", "report_md", "mlflow_summary"):
         assert counts[rule] == 1, rule
     paper = yaml.safe_load(PAPER_CONFIG.read_text())
     res = paper["pretrain"]["resources"]

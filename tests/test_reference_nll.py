@@ -89,7 +89,7 @@ def test_evaluate_writes_the_nll_fields(tokenizer, tmp_path):
 
 
 def test_table4_has_nll_columns_and_records(tmp_path):
-    from pit.reporting.tables import posttrain_runs, table4
+    from pit.reporting.tables import posttrain_runs, table4_scores, table4_side_effects
 
     run = tmp_path / "teacher" / "256m" / "pit" / "mbpp"
     scores = {"eval": {"mbpp": 1.25, "humaneval": 2.0}, "base": {"mbpp": 1.5, "humaneval": 1.75}}
@@ -103,11 +103,14 @@ def test_table4_has_nll_columns_and_records(tmp_path):
     record = posttrain_runs(tmp_path)[0]["lora"]["mbpp"]
     assert record["nll"] == scores["eval"] and record["base_nll"] == scores["base"]
     assert record["nll_gain"] == pytest.approx(0.25)
-    row = table4(tmp_path).iloc[0]
+    row = table4_scores(tmp_path).iloc[0]
     assert (row["nll_mbpp"], row["base_nll_mbpp"], row["nll_humaneval"], row["base_nll_humaneval"]) == (
         1.25,
         1.5,
         2.0,
         1.75,
     )
+    assert (row["problems_mbpp"], row["problems_humaneval"]) == (2, 2) and "gain_mbpp" not in row
+    row = table4_side_effects(tmp_path).iloc[0]
     assert row["nll_gain_mbpp"] == pytest.approx(0.25) and "nll_gain_humaneval" not in row
+    assert (row["kl_mbpp"], row["val_loss_change_mbpp"], row["interface_change_mbpp"]) == (0.1, 0.01, 0.0)

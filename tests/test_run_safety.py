@@ -361,7 +361,7 @@ def test_a_killed_table_write_is_detectable_and_the_next_run_cleans_up(tmp_path)
     killed = killed_at("os.rename", f"{stem}.csv", ["-c", code, str(stem)])  # one file of the set renamed
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert list(stem.parent.glob(".table1.*.tmp")), "the kill left no temporaries: it hit no write"
-    assert "new" in stem.with_suffix(".tex").read_text() and "old" in stem.with_suffix(".csv").read_text()
+    assert "new" in stem.with_suffix(".tex").read_text() and "2.5\n" in stem.with_suffix(".csv").read_text()
     assert sha256sum_check().returncode != 0, "a mixed set must read as incomplete"
     from pit.reporting.tables import table_set_complete
 
@@ -369,10 +369,11 @@ def test_a_killed_table_write_is_detectable_and_the_next_run_cleans_up(tmp_path)
 
     write_table(df.assign(train_loss=[2.25]), stem, "table1", "new")
     assert not list(stem.parent.glob("*.tmp")) and table_set_complete(stem)
-    for suffix in (".md", ".csv", ".tex"):
+    for suffix in (".md", ".tex", ".json", ".html"):  # the CSV is a plain table: the profile is in the .json
         assert "new" in stem.with_suffix(suffix).read_text()
+    assert stem.with_suffix(".csv").read_text() == "mode,train_loss\nscratch,2.25\n"
     check = sha256sum_check()
-    assert check.returncode == 0 and check.stdout.count(": OK") == 3, check.stdout + check.stderr
+    assert check.returncode == 0 and check.stdout.count(": OK") == 5, check.stdout + check.stderr
 
 
 def test_a_killed_tokenization_leaves_no_mixed_pair_and_no_temporaries(tiny_data, tmp_path):

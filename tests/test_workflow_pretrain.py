@@ -14,6 +14,91 @@ from helpers import PAPER_CONFIG, job_counts, snakemake
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline")]  # one worker builds the shared run
 
 
+class DevTools:
+    """Headless Chromium driven over --remote-debugging-pipe (the DevTools protocol on fds 3 and 4; stdlib only)."""
+
+    def __init__(self, chromium: str, flags: list[str], url: str):
+        import os
+        import subprocess
+
+        to_child, self._write = os.pipe()
+        self._read, from_child = os.pipe()
+
+        def child_fds():  # fds 3 and 4 in the child, inheritable (os.pipe's are close-on-exec)
+            a, b = os.dup(to_child), os.dup(from_child)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        cmd = [chromium, *flags, "--remote-debugging-pipe", url]
+        self.proc = subprocess.Popen(
+            cmd, close_fds=False, preexec_fn=child_fds, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        os.close(to_child)
+        os.close(from_child)
+        self._buf, self._id = b"", 0
+        page = next(t for t in self.send("Target.getTargets")["targetInfos"] if t["type"] == "page")
+        self.session = self.send("Target.attachToTarget", {"targetId": page["targetId"], "flatten": True})["sessionId"]
+
+    def send(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
+        import os
+
+        self._id += 1
+        message = {"id": self._id, "method": method, "params": params or {}}
+        os.write(self._write, json.dumps(message | ({"sessionId": session} if session else {})).encode() + b"\0")
+        while True:  # events and replies, each ending in NUL, until the reply to this message
+            while b"\0" not in self._buf:
+                chunk = os.read(self._read, 1 << 16)
+                assert chunk, f"Chromium closed the DevTools pipe during {method}"
+                self._buf += chunk
+            raw, self._buf = self._buf.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self._id:
+                assert "error" not in reply, (method, reply["error"])
+                return reply["result"]
+
+    def js(self, expression: str, context: int | None = None):
+        params = {"expression": expression, "returnByValue": True} | ({"contextId": context} if context else {})
+        return self.send("Runtime.evaluate", params, self.session)["result"].get("value")
+
+    def wait(self, fn, what: str, timeout: float = 30.0):
+        import time
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if value := fn():
+                return value
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def frame_text(self) -> str | None:
+        """The text of the page's first child frame (an iframe with a data: URL: read in its own world)."""
+        for child in self.send("Page.getFrameTree", {}, self.session)["frameTree"].get("childFrames", []):
+            world = self.send("Page.createIsolatedWorld", {"frameId": child["frame"]["id"]}, self.session)
+            return self.js("document.body ? document.body.innerText : ''", world["executionContextId"])
+        return None
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def report_entry_text(chromium: str, flags: list[str], url: str, entry: str) -> str:
+    """Open the Snakemake report, go to the Tables category, click the eye of `entry`'s row and return the text
+    of what opened (the report shows HTML results in an iframe)."""
+    browser = DevTools(chromium, flags, url)
+    try:
+        click = "[...document.querySelectorAll('a')].find(a => a.textContent.trim() === 'Tables')"
+        browser.wait(lambda: browser.js(f"(a => a && (a.click(), true))({click})"), "the Tables category")
+        row = f"[...document.querySelectorAll('tr')].find(r => r.textContent.trim() === {json.dumps(entry)})"
+        browser.wait(
+            lambda: browser.js(f"(r => r && (r.querySelector('a[iconname=eye]').click(), true))({row})"), entry
+        )
+        browser.wait(lambda: browser.js("(document.querySelector('iframe') || {}).src"), "the table's frame")
+        return browser.wait(browser.frame_text, "the table's text")
+    finally:
+        browser.close()
+
+
 @pytest.fixture(scope="module")
 def pipeline(pipeline_project):
     return pipeline_project.root
@@ -88,13 +173,31 @@ def test_diagnostics_separate_pit_from_tt(pipeline):
 
 
 def test_tables_figures_and_report(pipeline):
+    import pandas as pd
     from PIL import Image
 
     workdir = pipeline
-    for name in ("table1", "table2", "table3", "table4"):
-        for suffix in (".md", ".csv", ".tex"):
-            text = (workdir / f"results/tables/{name}{suffix}").read_text()
-            assert "default" in text, (name, suffix)
+    tables = sorted((workdir / "results/tables").glob("*.csv"))
+    names = ["claims", "table1", "table2", "table3", "table4_scores", "table4_side_effects"]
+    assert [t.stem for t in tables] == sorted(names)
+    for csv in tables:  # plain tables: the header row first, the documented columns, numbers as numbers
+        table, sidecar = pd.read_csv(csv), json.loads(csv.with_suffix(".json").read_text())
+        assert sidecar["profile"] == "default" and sidecar["caption"] and len(table) > 0, csv.name
+        assert list(table.columns) == [c["name"] for c in sidecar["columns"]], csv.name
+        for c in sidecar["columns"]:
+            numeric = c["type"] == "number"
+            assert numeric == (table[c["name"]].dtype.kind in "fiu"), (csv.name, c)
+            assert not numeric or c["unit"] is not None, (csv.name, c)
+        for suffix in (".md", ".tex", ".html"):
+            assert "default" in csv.with_suffix(suffix).read_text(), (csv.name, suffix)
+    table1 = pd.read_csv(workdir / "results/tables/table1.csv")
+    assert table1["runtime_s"].dtype.kind == "f" and (table1["runtime_s"] > 0).all()
+    assert table1["paper_runtime_s"].max() > 3600  # the paper's runtimes, '1h 24m' -> 5040 s
+    assert {c["name"]: c["unit"] for c in json.loads((workdir / "results/tables/table1.json").read_text())["columns"]}[
+        "runtime_s"
+    ] == "seconds"
+    for column in ("mode", "slot", "method", "first_loss", "val_loss"):
+        assert column in table1.columns, column
     table2 = (workdir / "results/tables/table2.csv").read_text()
     assert "raw_cosine" in table2 and "polar_cosine" in table2 and "paper_cosine" in table2
     for png in (
@@ -108,7 +211,7 @@ def test_tables_figures_and_report(pipeline):
         assert image.size[0] > 300 and image.size[1] > 200
         assert len(np.unique(np.asarray(image.convert("L")))) > 20, f"{png} looks blank"
     table1 = (workdir / "results/tables/table1.csv").read_text()
-    assert "PIT-head" in table1 and "first_loss" in table1 and "paper_runtime_min" in table1
+    assert "PIT-head" in table1 and "first_loss" in table1 and "paper_runtime_s" in table1
     report = (workdir / "results/REPORT.md").read_text()
     assert "Table 1" in report and "Table 2" in report and "paper_train_loss" in report
     # what produced the numbers, and what they can be compared with
@@ -133,22 +236,20 @@ def test_post_training_fills_table4_with_scores_gains_and_side_effects(pipeline)
             if kind == "pit":
                 assert fx["delta_ti_after"] < 1e-4
             assert (run / "mbpp/merged/model.safetensors").is_file()
-    table = pd.read_csv(workdir / "results/tables/table4.csv", comment="#")
+    table = pd.read_csv(workdir / "results/tables/table4_scores.csv")
     assert len(table) == 4 and set(table["method"]) == {"PIT", "TT"}
-    for col in (
-        "mbpp",
-        "paper_mbpp",
-        "humaneval",
-        "paper_humaneval",
-        "gain_mbpp",
-        "kl_mbpp",
-        "val_loss_change_mbpp",
-        "interface_change_mbpp",
-    ):
-        assert table[col].notna().all(), col
-    assert (table["kl_mbpp"] > 0).all() and (table["problems"].astype(str) == "2").all()
+    for col in ("mbpp", "paper_mbpp", "humaneval", "paper_humaneval", "nll_mbpp", "base_nll_mbpp"):
+        assert table[col].notna().all() and table[col].dtype.kind == "f", col
+    assert (table["problems_mbpp"] == 2).all() and (table["problems_humaneval"] == 2).all()
     assert (table["standin_data"] == "mbpp-standin").all()  # HumanEval is the real data set
-    assert "Table 4" in (workdir / "results/REPORT.md").read_text()
+    effects = pd.read_csv(workdir / "results/tables/table4_side_effects.csv")
+    keys = ["mode", "slot", "method"]
+    assert effects[keys].equals(table[keys])  # the same runs, in the same order
+    for col in ("gain_mbpp", "nll_gain_mbpp", "kl_mbpp", "val_loss_change_mbpp", "interface_change_mbpp"):
+        assert effects[col].notna().all() and effects[col].dtype.kind == "f", col
+    assert (effects["kl_mbpp"] > 0).all() and "mbpp" not in effects.columns
+    report = (workdir / "results/REPORT.md").read_text()
+    assert "## Table 4 (scores)" in report and "## Table 4 (side effects)" in report
 
 
 def test_paper_profile_dry_run_has_fifteen_gpu_pretraining_jobs(tmp_path):
@@ -171,9 +272,11 @@ def test_html_report_renders_in_headless_chromium(pipeline_project, tmp_path):
     html = workdir / "report.html"
     raw = html.read_text()
     for name in (
-        "table1.csv",
-        "table2.csv",
-        "table3.csv",
+        "table1.html",
+        "table2.html",
+        "table3.html",
+        "table4_scores.html",
+        "table4_side_effects.html",
         "figure3_scratch_loss.png",
         "figure4_teacher_loss.png",
         "interface_drift.png",
@@ -214,3 +317,11 @@ def test_html_report_renders_in_headless_chromium(pipeline_project, tmp_path):
     from PIL import Image
 
     assert len(np.unique(np.asarray(Image.open(shot).convert("L")))) > 10, "the rendered report is blank"
+    # click table1's entry as a person would; the table opens inline, its numbers readable in the page
+    import pandas as pd
+
+    text = report_entry_text(chromium, flags[:-3], html.as_uri(), "results/tables/table1.html")
+    assert text.startswith("Table 1.") and "Profile: default" in text, text[:200]
+    table1 = pd.read_csv(workdir / "results/tables/table1.csv")
+    for value in (*table1["val_loss"], *table1["first_loss"]):
+        assert f"{value:.4g}" in text, (value, text[:500])

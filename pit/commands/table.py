@@ -26,14 +26,14 @@ def cmd_table(args: argparse.Namespace) -> int:
     if args.name == "claims":  # how each claim's metric is computed, under the table
         notes += table_notes()
     write_table(df, Path(args.out), args.name, args.profile, notes)
-    print(f"{args.name}: {len(df)} rows -> {args.out}.{{md,csv,tex}}")
+    print(f"{args.name}: {len(df)} rows -> {args.out}.{{md,csv,tex,json,html}}")
     return 0
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "table",
-        help="build one of the paper's tables (Markdown, CSV, LaTeX)",
+        help="build one of the paper's tables (CSV + JSON sidecar; Markdown, LaTeX, HTML)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

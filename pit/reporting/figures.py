@@ -27,9 +27,53 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from pit.errors import PitError  # noqa: E402
 from pit.io import atomic_path, read_json, read_jsonl  # noqa: E402
-from pit.reporting.tables import METHOD_NAME, find_runs, posttrain_runs, slot_key  # noqa: E402
+from pit.reporting.tables import (  # noqa: E402
+    METHOD_NAME,
+    MODE_ORDER,
+    TASK_ORDER,
+    find_runs,
+    method_order,
+    posttrain_runs,
+    slot_key,
+)
 
 COLORS = {"pit": "tab:blue", "pit-head": "tab:purple", "pit-z": "tab:cyan", "tt": "tab:orange", "untied": "tab:green"}
+# per arm a marker and a line style too, so that an arm drawn on top of an identical one (TT under untied in
+# teacher mode) still shows: the lower line's markers and the upper line's dashes
+ARM_STYLES = {
+    "pit": ("o", "-"),
+    "pit-head": ("s", "-"),
+    "pit-z": ("v", "-"),
+    "tt": ("o", "-"),
+    "untied": ("x", "--"),
+}
+SLOT_STYLES = ("-", "--", ":", "-.")  # drift: line style = slot, in size order
+
+
+def arm_style(kind: str) -> dict:
+    """Colour, marker and line style of an arm in the line plots."""
+    marker, ls = ARM_STYLES.get(kind, ("d", "-"))
+    return {"color": COLORS.get(kind, "tab:gray"), "marker": marker, "ls": ls}
+
+
+def coincident_arms(curves: dict[str, list[tuple[float, float]]], tol: float = 1e-3) -> list[tuple[str, str]]:
+    """Pairs of arms whose curves are the same points within `tol` (relative): the figure says so, since one
+    line hides the other."""
+    pairs = []
+    kinds = list(curves)
+    for i, a in enumerate(kinds):
+        for b in kinds[i + 1 :]:
+            ca, cb = curves[a], curves[b]
+            if (
+                len(ca) == len(cb)
+                and ca
+                and all(
+                    xa == xb and abs(ya - yb) <= tol * max(abs(ya), abs(yb), 1e-12)
+                    for (xa, ya), (xb, yb) in zip(ca, cb, strict=True)
+                )
+            ):
+                pairs.append((a, b))
+    return pairs
 
 
 def runs_by_slot(root: Path, mode: str) -> dict[str, list[tuple[str, int | None, list[dict]]]]:
@@ -52,29 +96,39 @@ def save(fig, out: Path) -> None:
 
 
 def loss_curves(root: Path, mode: str, out: Path, profile: str) -> None:
-    """Figure 3 (scratch) / Figure 4 (teacher): training loss vs tokens seen."""
+    """Figure 3 (scratch) / Figure 4 (teacher): training loss vs tokens seen, one panel per slot in size order,
+    one legend for the figure (colour, marker and line style = arm); a note names arms whose curves coincide."""
     slots = runs_by_slot(root, mode)
-    fig, axes = plt.subplots(1, len(slots), figsize=(4.2 * len(slots), 3.4), squeeze=False)
-    for ax, (slot, runs) in zip(axes[0], slots.items(), strict=True):  # slots in size order (runs_by_slot)
-        labelled = set()
-        for kind, _seed, rows in runs:  # seeds of one arm: one colour, one legend entry
+    fig, axes = plt.subplots(1, len(slots), figsize=(4.2 * len(slots), 3.8), squeeze=False, layout="constrained")
+    handles, notes = {}, []
+    for ax, (slot, runs) in zip(axes[0], sorted(slots.items(), key=lambda kv: slot_key(kv[0])), strict=True):
+        curves = {}
+        for kind, seed, rows in runs:  # seeds of one arm: one colour, one legend entry
             ok = [r for r in rows if math.isfinite(r["loss"])]
-            ax.plot(
+            (line,) = ax.plot(
                 [r["tokens"] for r in ok],
                 [r["loss"] for r in ok],
-                label=None if kind in labelled else METHOD_NAME.get(kind, kind),
-                color=COLORS.get(kind),
+                **arm_style(kind),
+                ms=4,
+                markevery=max(len(ok) // 12, 1),
+                fillstyle="none",
                 lw=1.4 if len(runs) <= 4 else 0.9,
                 alpha=1.0 if len(runs) <= 4 else 0.7,
             )
-            labelled.add(kind)
+            handles.setdefault(METHOD_NAME.get(kind, kind), line)
+            if seed in (None, runs[0][1]):
+                curves[kind] = [(r["tokens"], r["loss"]) for r in ok]
+        notes += [
+            f"{slot}: {METHOD_NAME.get(a, a)} and {METHOD_NAME.get(b, b)} coincide" for a, b in coincident_arms(curves)
+        ]
         ax.set_title(f"{mode} {slot}")
         ax.set_xlabel("tokens seen")
         ax.set_ylabel("training loss")
         ax.grid(alpha=0.3)
-        ax.legend()
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=len(handles), fontsize=9)
     number = 3 if mode == "scratch" else 4
-    fig.suptitle(f"Figure {number}: {mode}-mode loss curves (profile: {profile})")
+    title = f"Figure {number}: {mode}-mode loss curves (profile: {profile})"
+    fig.suptitle(title + (f"\n{'; '.join(notes)} (one line hides the other)" if notes else ""), fontsize=11)
     save(fig, out)
 
 
@@ -84,7 +138,7 @@ def stand_in_teachers(root: Path, out: Path, profile: str) -> None:
     folders = sorted((p.parent for p in Path(root).glob("*/summary.json")), key=lambda f: slot_key(f.name))
     if not folders:
         raise PitError(f"no stand-in teacher runs under {str(root)!r} (expected {root}/<slot>/summary.json)")
-    fig, axes = plt.subplots(1, len(folders), figsize=(4.6 * len(folders), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(folders), figsize=(4.6 * len(folders), 3.6), squeeze=False, layout="constrained")
     for ax, folder in zip(axes[0], folders, strict=True):
         rows, summary = read_jsonl(folder / "metrics.jsonl"), read_json(folder / "summary.json")
         ok = [r for r in rows if math.isfinite(r["loss"])]
@@ -109,33 +163,38 @@ DRIFT_KEYS = (
 
 
 def drift(root: Path, out: Path, profile: str) -> None:
-    """Interface drift: Delta_TI and the raw Table 2 metrics vs step, every run (log scale)."""
+    """Interface drift: Delta_TI and the raw Table 2 metrics vs step, every run (log scale). One row of panels
+    per mode; colour = arm, line style = slot (size order), so each row needs a legend of a few entries."""
     runs = [
         (r.mode, r.slot, r.interface, r.seed, read_jsonl(r.path.parent / "metrics.jsonl"))
         for r, _ in find_runs(root, "summary.json")
     ]
     keys = [(k, t) for k, t in DRIFT_KEYS if any(k in r for *_, rows in runs for r in rows)]
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.6 * len(keys), 3.6), squeeze=False)
-    styles = {"teacher": "-", "scratch": "--"}
-    for ax, (key, title) in zip(axes[0], keys, strict=True):
-        for mode, slot, kind, seed, rows in runs:
-            pts = [(r["step"], max(r[key], 1e-12)) for r in rows if key in r and math.isfinite(r[key])]
-            if pts:
-                ax.plot(
-                    *zip(*pts, strict=True),
-                    styles.get(mode, "-"),
-                    color=COLORS.get(kind),
-                    lw=1.0,
-                    marker=".",
-                    ms=3,
-                    label=f"{mode} {slot} {METHOD_NAME.get(kind, kind)}" + ("" if seed is None else f" s{seed}"),
-                )
-        ax.set_yscale("log")
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    fig.suptitle(f"Interface drift over training (profile: {profile}); PIT sits at round-off")
+    modes = sorted({m for m, *_ in runs}, key=lambda m: MODE_ORDER.get(m, 9))
+    fig, axes = plt.subplots(
+        len(modes), len(keys), figsize=(4.2 * len(keys) + 1.6, 3.2 * len(modes)), squeeze=False, layout="constrained"
+    )
+    for row, mode in zip(axes, modes, strict=True):
+        mine = [r for r in runs if r[0] == mode]
+        slots = sorted({r[1] for r in mine}, key=slot_key)
+        for ax, (key, title) in zip(row, keys, strict=True):
+            for _, slot, kind, _seed, rows in mine:
+                pts = [(r["step"], max(r[key], 1e-12)) for r in rows if key in r and math.isfinite(r[key])]
+                if pts:
+                    ls = SLOT_STYLES[slots.index(slot) % len(SLOT_STYLES)]
+                    ax.plot(*zip(*pts, strict=True), ls, color=COLORS.get(kind), lw=1.0, marker=".", ms=3)
+            ax.set_yscale("log")
+            ax.set_title(f"{mode}: {title}", fontsize=9)
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+        arms = sorted({r[2] for r in mine}, key=method_order)
+        colour = [plt.Line2D([], [], color=COLORS.get(k), label=METHOD_NAME.get(k, k)) for k in arms]
+        style = [
+            plt.Line2D([], [], color="k", ls=SLOT_STYLES[i % len(SLOT_STYLES)], label=slot)
+            for i, slot in enumerate(slots)
+        ]
+        row[-1].legend(handles=colour + style, fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    fig.suptitle(f"Interface drift over training (profile: {profile}); PIT sits at round-off; 1e-12 = zero")
     save(fig, out)
 
 
@@ -159,6 +218,16 @@ def decode_trace(checkpoint: str, prompts: list[str]) -> list[list[tuple[str, st
     return trace
 
 
+def prompt_title(prompt: str, width: int = 70, lines: int = 3) -> str:
+    """A prompt as a panel title, as typed (no escaping): leading spaces shown as an open box, line breaks as a
+    return sign, wrapped at `width` characters, at most `lines` lines."""
+    import textwrap
+
+    shown = ["\u2423" * (len(line) - len(line.lstrip(" "))) + line.lstrip(" ") for line in prompt.split("\n")]
+    out = textwrap.wrap("\u21b5 ".join(shown), width) or [""]
+    return "prompt: " + "\n".join(out[:lines]) + (" ..." if len(out) > lines else "")
+
+
 def trace_panel(ax, traces: list[list[list[tuple[str, str]]]], p: int, labels: list[str], prompt: str) -> None:
     """Prompt p's grid: layers x (model, B_in | B_out), each cell the decoded token, green where the
     two decodings of that model agree at that layer."""
@@ -176,28 +245,31 @@ def trace_panel(ax, traces: list[list[list[tuple[str, str]]]], p: int, labels: l
     ax.set_xticks(range(len(cols)), cols, fontsize=7)
     ax.set_yticks(range(n_layers), ["emb"] + [f"L{i}" for i in range(1, n_layers)], fontsize=7)
     ax.set_ylabel("layer")
-    ax.set_title(repr(prompt)[:40], fontsize=8)
+    ax.set_title(prompt_title(prompt), fontsize=8, loc="left")
 
 
 def transition(checkpoints: list[str], labels: list[str], prompts: list[str], out: Path, profile: str) -> None:
-    """Figure 2-style trace: per prompt a grid of layers x (model, B_in | B_out) decoded tokens;
+    """Figure 2-style trace: per prompt (one row each) a grid of layers x (model, B_in | B_out) decoded tokens;
     a cell is green where the two decodings of that model agree at that layer."""
     traces = [decode_trace(ckpt, prompts) for ckpt in checkpoints]  # checkpoint -> prompt -> layer
     n_layers = len(traces[0][0])
     fig, axes = plt.subplots(
-        1, len(prompts), figsize=(2.3 * 2 * len(checkpoints) * len(prompts) / 1.6, 0.42 * n_layers + 1.6), squeeze=False
+        len(prompts),
+        1,
+        figsize=(max(1.5 * 2 * len(checkpoints), 7.0), (0.4 * n_layers + 1.3) * len(prompts) + 0.6),
+        squeeze=False,
+        layout="constrained",
     )
-    for p, (ax, prompt) in enumerate(zip(axes[0], prompts, strict=True)):
+    for p, (ax, prompt) in enumerate(zip(axes[:, 0], prompts, strict=True)):
         trace_panel(ax, traces, p, labels, prompt)
     cmap = plt.get_cmap("RdYlGn")
     handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(v)) for v in (0.75, 0.25)]  # values 1 and 0 on [-0.5, 1.5]
     fig.legend(
         handles,
         ["B_in and B_out decode the same token", "they differ"],
-        loc="upper center",
+        loc="outside lower center",
         ncol=2,
         fontsize=8,
-        bbox_to_anchor=(0.5, 0.0),
     )
     fig.suptitle(f"Transition trace of the last token (profile: {profile})", fontsize=10)
     save(fig, out)
@@ -218,7 +290,8 @@ def side_effects(root: Path, out: Path, profile: str) -> None:
         if by_nll
         else ("gain", "in-domain gain over the base model (points)")
     )
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
+    gains = [lora[gain_key] for r in runs for lora in r["lora"].values()]
     for ax, key, label in (
         (axes[0], "kl", "KL(before || after), nats/token"),
         (axes[1], "val_loss_change", "validation-loss change (nats)"),
@@ -236,6 +309,9 @@ def side_effects(root: Path, out: Path, profile: str) -> None:
         ax.set_xlabel(gain_label)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
+        if all(g == 0 for g in gains):  # every point on x = 0: give the axis a range and say why
+            ax.set_xlim(-1, 1)
+            ax.text(0.03, 0.03, "all gains 0 at this scale", transform=ax.transAxes, ha="left", va="bottom", fontsize=8)
     axes[0].set_yscale("symlog", linthresh=1e-6)
     handles = [
         plt.Line2D([], [], color=c, marker="o", ls="", label=METHOD_NAME[k])
@@ -273,6 +349,14 @@ def claim_panel(ax, claim, mode: str, slot: str, task: str, runs: dict[str, dict
     text = [f"{METHOD_NAME.get(a, a)}: {verdict(claim, a, runs)}" for a in arms if is_pit_arm(a)]
     ax.set_xlabel("; ".join(text), fontsize=7)  # the verdicts against TT
     ax.grid(alpha=0.3)
+    if all(v == 0 for r in runs.values() for v in usable(r).values()):
+        ax.text(0.5, 0.9, "all values 0 at this scale", transform=ax.transAxes, ha="center", va="top", fontsize=8)
+
+
+def panel_order(mode: str, slot: str, task: str | None) -> tuple:
+    """Claim panels in reading order: mode, slot by size (not by name: 256m before 1.3b), LoRA task as the
+    paper orders them."""
+    return MODE_ORDER.get(mode, 9), slot_key(slot), TASK_ORDER.get(task or "", -1), task or ""
 
 
 def claims(results: Path, out_dir: Path, profile: str) -> list[Path]:
@@ -290,9 +374,10 @@ def claims(results: Path, out_dir: Path, profile: str) -> list[Path]:
             for key, runs in values.items()
             if key[0] == c.id and any(usable(v) for v in runs.values())
         ]
+        panels.sort(key=lambda p: (CLAIMS.index(p[0]), *panel_order(*p[1][1:])))
         cols = min(4, max(len(panels), 1))
         rows = max(math.ceil(len(panels) / cols), 1)
-        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False, layout="constrained")
         for ax in axes.flat[len(panels) :]:
             ax.axis("off")
         for ax, (c, (_, mode, slot, task), runs) in zip(axes.flat, panels, strict=False):
@@ -300,7 +385,6 @@ def claims(results: Path, out_dir: Path, profile: str) -> list[Path]:
         if not panels:
             axes[0][0].text(0.5, 0.5, f"nothing measured for the {group} claims", ha="center", va="center")
         fig.suptitle(f"Claims: {group.replace('_', ' ')} (points: seeds; bars: mean and 95% interval; {profile})")
-        fig.tight_layout()
         save(fig, out_dir / f"claims_{group}.png")
         written.append(out_dir / f"claims_{group}.png")
     return written

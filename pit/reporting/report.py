@@ -30,27 +30,30 @@ NOTES = {
         "80, 5 KV heads): 1167.5M parameters, the paper's 1.17B. With 24 heads, d_head = floor(1600/24) = 66 gives "
         "1164.9M, which rounds to 1.16B. These are parameter counts from the architecture, computed exactly.",
     ],
-    "table4": [
+    "table4_scores": [
         "Scores are in %: pass@1 from executing the unit tests in a sandbox (MBPP, HumanEval) and numeric exact "
         "match of the final answer (GSM8K, SVAMP); the paper calls all four exact-match accuracy. Each LoRA is "
-        "evaluated in-domain (its own task) and out-of-domain; `gain_<task>` is the in-domain score minus the "
-        "base model's, in points.",
+        "evaluated in-domain (its own task) and out-of-domain.",
         "At small scale every score above is 0, so a continuous measure sits beside it: `nll_<task>` (LoRA model) "
         "and `base_nll_<task>` (its base) = teacher-forced NLL of the set's reference solutions given the same "
-        "prompts, in nats per reference token (pooled over the problems scored); `nll_gain_<task>` = base minus "
-        "LoRA in-domain (> 0: the LoRA made the references more likely). Not a quantity of the paper.",
+        "prompts, in nats per reference token (pooled over the problems scored). Not a quantity of the paper. "
+        "Sets in `standin_data` are offline stand-ins, not the real benchmarks; `problems_<task>` = problems "
+        "scored in that set. One seed, no intervals.",
+    ],
+    "table4_side_effects": [
+        "`gain_<task>` = the in-domain score minus the base model's, in points; `nll_gain_<task>` = base minus "
+        "LoRA reference NLL in-domain (> 0: the LoRA made the references more likely).",
         "Side effects (not defined as a number in the paper) are measured on held-out pretraining text: "
         "`kl_<task>` = mean KL(p_before || p_after) of the next-token distributions (nats/token), "
         "`val_loss_change_<task>` = validation loss after minus before, `interface_change_<task>` = relative "
-        "Frobenius change of E or W_out (0 when the interface is frozen). Sets in `standin_data` are offline "
-        "stand-ins, not the real benchmarks; `problems` = problems scored per set. One seed, no intervals.",
+        "Frobenius change of E or W_out (0 when the interface is frozen). One seed, no intervals.",
     ],
     "table1": [
         "first_loss = training loss of the first step; train_loss = mean of the last `final_loss_window` steps; "
-        "PPL = exp(loss). runtime_min sums the wall time of the optimizer steps only (no evaluation, checkpoints "
-        "or start-up), in minutes, on the machine named above, which other jobs shared; paper_runtime_min is the "
-        "paper's runtime in the same unit. One seed per arm, no intervals: differences between arms carry no "
-        "stated uncertainty.",
+        "PPL = exp(loss). runtime_s sums the wall time of the optimizer steps only (no evaluation, checkpoints "
+        "or start-up; in seconds in the CSV, formatted here), on the machine named above, which other jobs shared; "
+        "paper_runtime_s is the paper's runtime in the same unit. One seed per arm, no intervals: differences "
+        "between arms carry no stated uncertainty.",
         "Teacher mode: PIT with the paper's init (T = I, Z = polar factor of E0) replaces the teacher's head "
         "W_out = E0^T = H U^T by U^T, so it starts far above the teacher (first_loss). PIT-head (`t_init: power`, "
         "T = H / sigma^2 with sigma^2 moved into the final norm) keeps the teacher's head exactly and changes "
@@ -61,6 +64,15 @@ NOTES = {
     ],
 }
 
+
+# the tables REPORT.md shows, in order, with their headings
+REPORT_TABLES = {
+    "table1": "Table 1",
+    "table2": "Table 2",
+    "table3": "Table 3",
+    "table4_scores": "Table 4 (scores)",
+    "table4_side_effects": "Table 4 (side effects)",
+}
 
 # what the notes say of uncertainty with one seed per arm -> what they say in a profile with `seeds`
 ONE_SEED = {
@@ -249,10 +261,10 @@ def build_report(config: dict, tables: Path, figures: Path, out: Path, runs: Pat
             "with one seed per arm, no ordering between arms here is evidence for or against the paper.",
             "",
         ]
-    for name in ("table1", "table2", "table3", "table4"):
+    for name, heading in REPORT_TABLES.items():
         md = tables / f"{name}.md"
         if md.is_file():
-            parts += [f"## Table {name.removeprefix('table')}", "", md.read_text().strip(), ""]
+            parts += [f"## {heading}", "", md.read_text().strip(), ""]
             parts += [f"> {n}" for n in table_notes(name, bool(config.get("seeds")))] + [""]
     parts += ["## Figures", ""]
     for png in sorted(p for p in figures.glob("*.png") if not p.name.startswith("claims_")):  # claims: above

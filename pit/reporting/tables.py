@@ -7,6 +7,7 @@ pit/reporting/paper_values.yaml (cited to table and row). Runs are found by thei
 
 from __future__ import annotations
 
+import html
 import math
 import re
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from pit.errors import PitError
-from pit.io import file_set_complete, read_json, write_file_set
+from pit.io import file_set_complete, json_text, read_json, write_file_set
 from pit.reporting.paper import paper_value, paper_values
 
 MODE_ORDER = {"teacher": 0, "scratch": 1}
@@ -41,12 +42,25 @@ def slot_key(slot: str) -> tuple[float, str]:
         return float("inf"), slot
 
 
-def runtime_minutes(text: str | None) -> float | None:
-    """A runtime as the paper writes it ('1h 24m') in minutes (84.0); None stays None."""
+def runtime_seconds(text: str | None) -> float | None:
+    """A runtime as the paper writes it ('1h 24m') in seconds (5040.0); None stays None."""
     if text is None:
         return None
-    units = {"h": 60.0, "m": 1.0, "s": 1 / 60}
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0}
     return sum(float(part[:-1]) * units[part[-1]] for part in str(text).split())
+
+
+def format_duration(seconds: float | None) -> str:
+    """Seconds as a person reads them in the .md/.tex/.html tables: 5040 -> '1h 24m', 7.3 -> '7.3s', None -> ''."""
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return ""
+    if seconds < 60:
+        return f"{seconds:.2g}s" if seconds < 10 else f"{seconds:.0f}s"
+    if seconds < 3600:
+        minutes, rest = divmod(round(seconds), 60)
+        return f"{minutes}m {rest:02d}s"
+    hours, minutes = divmod(round(seconds / 60), 60)
+    return f"{hours}h {minutes:02d}m"
 
 
 class Run(NamedTuple):
@@ -94,7 +108,7 @@ def seed_columns(run: Run) -> dict:
 
 def table1(runs_root: str | Path) -> pd.DataFrame:
     """Table 1: first-step and final training loss, training PPL, validation loss and runtime per slot and arm.
-    Runtimes in minutes, ours and the paper's: ours sums the optimizer steps' wall time (no evaluation, no
+    Runtimes in seconds, ours and the paper's: ours sums the optimizer steps' wall time (no evaluation, no
     checkpoints) on whatever machine ran them."""
     rows = []
     for run, s in find_runs(runs_root, "summary.json"):
@@ -110,10 +124,10 @@ def table1(runs_root: str | Path) -> pd.DataFrame:
                 "train_loss": s["final_train_loss"],
                 "train_ppl": s["final_train_ppl"],
                 "val_loss": s["val_loss"],
-                "runtime_min": s["runtime_s"] / 60,
+                "runtime_s": s["runtime_s"],
                 "paper_train_loss": p.get("loss"),
                 "paper_train_ppl": p.get("ppl"),
-                "paper_runtime_min": runtime_minutes(p.get("runtime")),
+                "paper_runtime_s": runtime_seconds(p.get("runtime")),
             }
         )
     return pd.DataFrame(rows)
@@ -195,6 +209,7 @@ def _lora_record(task_dir: Path) -> tuple[dict, list[dict]]:
         "nll": {t: r.get("nll") for t, r in evals.items()},
         "base_nll": {t: r.get("nll") for t, r in base.items()},
         "side_effects": read_json(task_dir / "side_effects.json"),
+        "problems": {t: r["n"] for t, r in evals.items()},
     }
     lora_nll, base_nll = evals[task].get("nll"), base[task].get("nll")
     record["nll_gain"] = None if lora_nll is None or base_nll is None else base_nll - lora_nll
@@ -224,17 +239,22 @@ def posttrain_runs(post_root: str | Path) -> list[dict]:
                 "seed": seed,
                 "lora": lora,
                 "standin": sorted({r["task"] for r in results if r.get("standin")}),
-                "problems": sorted({r["n"] for r in results}),
+                "problems": {t: n for record in lora.values() for t, n in record["problems"].items()},
             }
         )
     return runs
 
 
-def _table4_row(run: dict) -> dict:
-    p = paper_value("table4", run["mode"], run["slot"], run["interface"])
+def _run_columns(run: dict) -> dict:
     row = {"mode": run["mode"], "slot": run["slot"], "method": METHOD_NAME.get(run["interface"], run["interface"])}
     if run["seed"] is not None:
         row["seed"] = run["seed"]
+    return row
+
+
+def _table4_scores_row(run: dict) -> dict:
+    p = paper_value("table4", run["mode"], run["slot"], run["interface"])
+    row = _run_columns(run)
     for r in run["lora"].values():
         for t, v in r["scores"].items():
             row[t] = v
@@ -242,6 +262,13 @@ def _table4_row(run: dict) -> dict:
         for t, v in r["nll"].items():
             row[f"nll_{t}"] = v
             row[f"base_nll_{t}"] = r["base_nll"].get(t)
+    row.update({f"problems_{t}": n for t, n in run["problems"].items()})
+    row["standin_data"] = ", ".join(run["standin"]) or "none"
+    return row
+
+
+def _table4_side_effects_row(run: dict) -> dict:
+    row = _run_columns(run)
     for task, r in run["lora"].items():
         fx = r["side_effects"]
         row[f"gain_{task}"] = r["gain"]
@@ -249,69 +276,136 @@ def _table4_row(run: dict) -> dict:
         row[f"kl_{task}"] = fx["kl"]
         row[f"val_loss_change_{task}"] = fx["val_loss_change"]
         row[f"interface_change_{task}"] = max(fx["embedding_change"], fx["head_change"])
-    row["standin_data"] = ", ".join(run["standin"]) or "none"
-    problems = run["problems"]
-    row["problems"] = f"{problems[0]}-{problems[-1]}" if len(problems) > 1 else str(problems[0])
     return row
 
 
-def table4(post_root: str | Path) -> pd.DataFrame:
-    """Table 4 (post-training): each LoRA's scores in-domain / out-of-domain (%), the paper's beside
-    them, the in-domain gain over the base model (points) and the update's side effects: KL of the
-    next-token distributions and the validation-loss change on held-out pretraining text, and the
-    relative change of the interface (max of ||dE||/||E||, ||dW_out||/||W_out||). Beside the scores, the
-    reference solutions' NLL (nats/token, pit.evaluation.likelihood) of the LoRA model (`nll_<task>`) and of
-    its base (`base_nll_<task>`), and in-domain `nll_gain_<task>` = base - LoRA (> 0: the LoRA helped)."""
-    return pd.DataFrame([_table4_row(run) for run in posttrain_runs(post_root)])
+def table4_scores(post_root: str | Path) -> pd.DataFrame:
+    """Table 4, scores (post-training, Section 5.6): each LoRA's scores in-domain / out-of-domain (%), the
+    paper's beside them, the reference solutions' NLL (nats/token, pit.evaluation.likelihood) of the LoRA model
+    (`nll_<task>`) and of its base (`base_nll_<task>`), the problems scored per set (`problems_<task>`) and which
+    sets were offline stand-ins."""
+    return pd.DataFrame([_table4_scores_row(run) for run in posttrain_runs(post_root)])
 
 
-BUILDERS = {"table1": table1, "table2": table2, "table3": table3, "table4": table4}  # claims: pit/reporting/claims.py
+def table4_side_effects(post_root: str | Path) -> pd.DataFrame:
+    """Table 4, side effects: per LoRA task the in-domain gain over the base model (points), the NLL gain
+    (base - LoRA, > 0: the LoRA helped), the KL of the next-token distributions and the validation-loss change
+    on held-out pretraining text, and the relative change of the interface (max of ||dE||/||E||,
+    ||dW_out||/||W_out||)."""
+    return pd.DataFrame([_table4_side_effects_row(run) for run in posttrain_runs(post_root)])
+
+
+BUILDERS = {  # claims: pit/reporting/claims.py
+    "table1": table1,
+    "table2": table2,
+    "table3": table3,
+    "table4_scores": table4_scores,
+    "table4_side_effects": table4_side_effects,
+}
 TITLES = {
     "claims": "Claims. The paper's claims tested at this scale: per arm the mean over seeds and its 95% half-width "
     "(`*_ci`); `diff` = arm - TT paired by seed with its 95% interval (paired Student-t, mean +- t(0.975, n-1) "
     "sd / sqrt(n), n seeds); `untied_diff` = untied - TT, for reference. Verdicts hold for this scale only",
     "table1": "Table 1. Effects of weight tying on LM training (first-step and final training loss, training PPL, "
-    "validation loss, runtime in minutes)",
+    "validation loss, runtime)",
     "table2": "Table 2. Token-interface consistency (0 = perfect agreement); raw = anchors of Eqs. 1-2, "
     "polar = polar factors (Section 5.5); lens_kl_bits / lens_ce_bits = logit-lens KL to the final layer (mean over "
     "layers before the last) and cross-entropy on the next token (mean over all layers), in bits",
     "table3": "Table 3. Scratch-model architectures (V = 32,000, tied embeddings)",
-    "table4": "Table 4. LoRA post-training: pass@1 (MBPP, HumanEval) and exact match (GSM8K, SVAMP), in %, "
-    "and the reference solutions' NLL in nats/token",
+    "table4_scores": "Table 4 (scores). LoRA post-training: pass@1 (MBPP, HumanEval) and exact match (GSM8K, "
+    "SVAMP), in %, and the reference solutions' NLL in nats/token",
+    "table4_side_effects": "Table 4 (side effects). LoRA post-training: in-domain gain over the base model "
+    "(points, and in NLL), and the update's side effects on held-out pretraining text and on the interface",
 }
 
 
 def table_manifest(out_stem: str | Path) -> Path:
-    """<stem>.sha256: the hashes of a table's .md/.csv/.tex, written after them (`sha256sum -c` checks it)."""
+    """<stem>.sha256: the hashes of a table's files, written after them (`sha256sum -c` checks it)."""
     return Path(out_stem).with_suffix(".sha256")
 
 
 def table_set_complete(out_stem: str | Path) -> bool:
-    """Whether <stem>.md/.csv/.tex are one complete set written by one `write_table` (checked against
+    """Whether <stem>.md/.csv/.tex/.json/.html are one complete set written by one `write_table` (checked against
     <stem>.sha256); False for a set that a killed `pit table` left half-replaced."""
     return file_set_complete(table_manifest(out_stem))
 
 
-def write_table(df: pd.DataFrame, out_stem: str | Path, name: str, profile: str, notes: list[str] = ()) -> None:
-    """Write <stem>.md, <stem>.csv and <stem>.tex as one set, each naming the profile: the three are written to
-    temporaries, renamed together, then <stem>.sha256 lists their hashes (pit.io.write_file_set). Temporaries
-    of an earlier, killed `pit table` are removed first."""
-    out_stem = Path(out_stem)
-    fmt = {
-        c: (lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}")
+# the unit of each numeric column, by name (first match wins); the sidecar <stem>.json records it per column
+COLUMN_UNITS = [
+    (r"(paper_)?runtime_s", "seconds"),
+    (r"seed|problems_.*|layers|d_model|n_heads|n_kv_heads|d_head|kv_width|d_ff|pit_extra_params|n", "count"),
+    (r"(paper_)?params_m", "millions of parameters"),
+    (r"(paper_)?embed_pct", "%"),
+    (r"first_loss|train_loss|val_loss|paper_train_loss", "nats/token"),
+    (r"lens_.*_bits", "bits"),
+    (r".*_angle", "radians"),
+    (r"(base_)?nll_(gain_)?.*|kl_.*|val_loss_change_.*", "nats/token"),
+    (r"gain_.*", "points (%)"),
+    (r"interface_change_.*", "relative Frobenius change"),
+    (r"(paper_)?(mbpp|humaneval|gsm8k|svamp)", "%"),
+    (r"arm_.*|tt_.*|diff.*|untied_.*", "unit of `metric`"),
+]
+
+
+def column_unit(name: str) -> str:
+    """A numeric column's unit for the sidecar (COLUMN_UNITS); '' for dimensionless ones (PPL, distances)."""
+    return next((unit for pattern, unit in COLUMN_UNITS if re.fullmatch(pattern, name)), "")
+
+
+def table_sidecar(df: pd.DataFrame, name: str, profile: str, notes: list[str]) -> dict:
+    """<stem>.json: what the plain CSV leaves out: caption, profile, notes and each column's type and unit."""
+    columns = [
+        {"name": str(c), "type": "number", "unit": column_unit(str(c))}
+        if df[c].dtype.kind in "fiu"
+        else {"name": str(c), "type": "text", "unit": ""}
         for c in df.columns
-        if df[c].dtype.kind == "f"
-    }
+    ]
+    return {"table": name, "caption": TITLES[name], "profile": profile, "columns": columns, "notes": list(notes)}
+
+
+def _shown(df: pd.DataFrame) -> pd.DataFrame:
+    """The table as people read it (.md, .tex, .html): 4 significant digits, runtimes as '1h 24m', blanks for
+    missing values."""
     shown = df.copy().astype(object).where(df.notna(), "")
-    for c, f in fmt.items():
-        shown[c] = df[c].map(f)
+    for c in df.columns:
+        if str(c).endswith("runtime_s"):
+            shown[c] = df[c].map(format_duration)
+        elif df[c].dtype.kind == "f":
+            shown[c] = df[c].map(lambda v: "" if v is None or math.isnan(v) else f"{v:.4g}")
+    return shown
+
+
+def table_html(shown: pd.DataFrame, caption: str, notes: list[str]) -> str:
+    """<stem>.html: one self-contained page (the table the HTML report links to; browsers open it inline)."""
+    paragraphs = "".join(f"<p>{html.escape(n)}</p>\n" for n in notes)
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(caption)}</title>\n'
+        "<style>table{border-collapse:collapse;font:13px sans-serif}td,th{border:1px solid #ccc;padding:2px 6px;"
+        "text-align:right}</style></head>\n"
+        f"<body><p><b>{html.escape(caption)}</b></p>\n{shown.to_html(index=False, border=0)}\n"
+        f"{paragraphs}</body></html>\n"
+    )
+
+
+def write_table(df: pd.DataFrame, out_stem: str | Path, name: str, profile: str, notes: list[str] = ()) -> None:
+    """Write <stem>.csv (a plain table: header row, then values; numbers unformatted, runtimes in seconds),
+    <stem>.json (caption, profile, notes, each column's type and unit), and for people <stem>.md, <stem>.tex and
+    <stem>.html (caption, formatted numbers), as one set: written to temporaries, renamed together, then
+    <stem>.sha256 lists their hashes (pit.io.write_file_set). Temporaries of an earlier, killed `pit table` are
+    removed first."""
+    out_stem = Path(out_stem)
+    shown = _shown(df)
     head = f"**{TITLES[name]}.** Profile: `{profile}`." + (
         " Columns `paper_*` are the paper's values." if any(str(c).startswith("paper_") for c in df.columns) else ""
     )
     md = "\n\n".join([head, shown.to_markdown(index=False), *notes]) + "\n"
-    csv = f"# {TITLES[name]}. Profile: {profile}\n" + df.to_csv(index=False)
-    latex = shown.to_latex(
-        index=False, caption=f"{TITLES[name]}. Profile: {profile}.", label=f"tab:{name}", escape=True
-    )
-    texts = {out_stem.with_suffix(".md"): md, out_stem.with_suffix(".csv"): csv, out_stem.with_suffix(".tex"): latex}
+    caption = f"{TITLES[name]}. Profile: {profile}."
+    latex = shown.to_latex(index=False, caption=caption, label=f"tab:{name}", escape=True)
+    texts = {
+        out_stem.with_suffix(".md"): md,
+        out_stem.with_suffix(".csv"): df.to_csv(index=False),
+        out_stem.with_suffix(".tex"): latex,
+        out_stem.with_suffix(".json"): json_text(table_sidecar(df, name, profile, notes)),
+        out_stem.with_suffix(".html"): table_html(shown, caption, list(notes)),
+    }
     write_file_set(texts, table_manifest(out_stem))

@@ -392,7 +392,7 @@ TABLES_DIR = "results/tables"
 FIGURES_DIR = "results/figures"
 REPORT_FILE = "results/REPORT.md"
 MLFLOW_SUMMARY_FILE = "results/mlflow/summary.json"
-TABLES = ["claims", "table1", "table2", "table3", "table4"]  # claims: the paper's claims, a verdict each
+TABLES = ["claims", "table1", "table2", "table3", "table4_scores", "table4_side_effects"]  # claims: a verdict each
 CLAIM_GROUPS = ["interface", "training", "layerwise", "side_effects", "posttrain"]  # one claims figure per group
 FIGURES = [
     *(f"figure{n}_{mode}_loss" for n, mode in LOSS_FIGURES.items()),
@@ -402,19 +402,20 @@ FIGURES = [
     *(["stand_in_teachers"] if STAND_IN_SLOTS else []),  # their learning curves
     *(f"claims_{group}" for group in CLAIM_GROUPS),
 ]
-TABLE_SUFFIXES = ("md", "csv", "tex")
+TABLE_SUFFIXES = ("md", "csv", "tex", "json", "html")
 
 
 def table_stem(name):
-    """results/tables/<name>: `pit table` writes <stem>.md, .csv and .tex."""
+    """results/tables/<name>: `pit table` writes <stem>.md, .csv, .tex, .json (caption, units) and .html."""
     return f"{TABLES_DIR}/{name}"
 
 
 def table_outputs(name):
-    """The three files of one table; the CSV goes into the HTML report with its caption."""
+    """The files of one table; the HTML page goes into the HTML report with its caption (a browser opens it
+    inline, where a CSV link only downloads)."""
     stem = table_stem(name)
     outputs = {suffix: f"{stem}.{suffix}" for suffix in TABLE_SUFFIXES}
-    outputs["csv"] = report(outputs["csv"], caption=f"../report/{name}.rst", category="Tables")
+    outputs["html"] = report(outputs["html"], caption=f"../report/{name}.rst", category="Tables")
     return outputs
 
 

@@ -43,17 +43,35 @@ rule table3:
         logged(f"pit table table3 --profile {PROFILE} --out {table_stem('table3')}")
 
 
-rule table4:
+rule table4_scores:
     input:
         posttrain_outputs(),
     output:
-        **table_outputs("table4"),
+        **table_outputs("table4_scores"),
     log:
-        log_path("report", "table4"),
+        log_path("report", "table4_scores"),
     conda:
         ENV
     shell:
-        logged(f"pit table table4 --runs {POSTTRAIN_ROOT} --profile {PROFILE} --out {table_stem('table4')}")
+        logged(
+            f"pit table table4_scores --runs {POSTTRAIN_ROOT} --profile {PROFILE} --out {table_stem('table4_scores')}"
+        )
+
+
+rule table4_side_effects:
+    input:
+        posttrain_outputs(),
+    output:
+        **table_outputs("table4_side_effects"),
+    log:
+        log_path("report", "table4_side_effects"),
+    conda:
+        ENV
+    shell:
+        logged(
+            f"pit table table4_side_effects --runs {POSTTRAIN_ROOT} --profile {PROFILE}"
+            f" --out {table_stem('table4_side_effects')}"
+        )
 
 
 rule claims:
