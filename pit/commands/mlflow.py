@@ -1,8 +1,11 @@
-"""`pit mlflow sync|summary`: upload run folders to an MLflow store later; log the report stage as one run.
+"""`pit mlflow sync|summary|export`: put runs into an MLflow store later; log the report stage as one run.
 
-- `sync RUN_DIR...`: each finished run folder (run.json, metrics.jsonl, summary.json) as a new run
-  (pit/tracking/sync.py).
+- `sync PATH...`: each finished run folder (run.json, metrics.jsonl, summary.json) as a new run
+  (pit/tracking/sync.py); an export (`results/mlflow`, or its runs.jsonl) imported run by run
+  (pit/tracking/transfer.py), e.g. after `dvc pull` into a store that has none of them.
 - `summary`: the tables, figures and REPORT.md as the run `summary-<profile>` (pit/tracking/summary.py).
+- `export`: an experiment's runs (tags, params, metric histories) as a JSON-lines file (the report stage
+  writes results/mlflow/runs.jsonl).
 """
 
 from __future__ import annotations
@@ -14,11 +17,22 @@ from pit.errors import PitError
 from pit.tracking.summary import log_summary
 from pit.tracking.sync import sync_run
 from pit.tracking.tracker import DEFAULT_TRACKING_URI
+from pit.tracking.transfer import export_file, export_runs, import_runs
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
-    for run_dir in args.run_dirs:
-        print(f"{run_dir}: uploaded as MLflow run {sync_run(run_dir, args.tracking_uri)}")
+    for path in args.run_dirs:
+        if export_file(path) is not None:
+            imported, present = import_runs(path, args.tracking_uri)
+            print(f"{path}: imported {imported} runs ({present} already in the store)")
+        else:
+            print(f"{path}: uploaded as MLflow run {sync_run(path, args.tracking_uri)}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    n = export_runs(args.out, args.experiment, args.tracking_uri)
+    print(f"{args.out}: {n} runs of experiment {args.experiment!r}")
     return 0
 
 
@@ -47,8 +61,8 @@ def cmd_summary(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser("mlflow", help="MLflow utilities")
     s = p.add_subparsers(dest="mlflow_command", required=True)
-    q = s.add_parser("sync", help="upload run folders (metrics.jsonl, summary) to an MLflow store")
-    q.add_argument("run_dirs", nargs="+")
+    q = s.add_parser("sync", help="upload run folders (metrics.jsonl, summary), or import an export, to a store")
+    q.add_argument("run_dirs", nargs="+", metavar="PATH", help="a run folder, or an export (results/mlflow)")
     q.add_argument("--tracking-uri", default=None, help=f"default: $MLFLOW_TRACKING_URI or {DEFAULT_TRACKING_URI}")
     q.set_defaults(func=cmd_sync)
     q = s.add_parser("summary", help="log the tables, figures and report as a run `summary-<profile>`")
@@ -65,3 +79,8 @@ def register(sub) -> None:
         help=f"default: the config's mlflow.tracking_uri, else $MLFLOW_TRACKING_URI or {DEFAULT_TRACKING_URI}",
     )
     q.set_defaults(func=cmd_summary)
+    q = s.add_parser("export", help="an experiment's runs as JSON lines (`sync` imports them into another store)")
+    q.add_argument("--out", required=True, help="the file to write, e.g. results/mlflow/runs.jsonl")
+    q.add_argument("--experiment", required=True, help="the experiment, e.g. pit-default")
+    q.add_argument("--tracking-uri", default=None, help=f"default: $MLFLOW_TRACKING_URI or {DEFAULT_TRACKING_URI}")
+    q.set_defaults(func=cmd_export)
