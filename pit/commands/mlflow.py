@@ -4,6 +4,8 @@
   (pit/tracking/sync.py); an export (`results/mlflow`, or its runs.jsonl) imported run by run
   (pit/tracking/transfer.py), e.g. after `dvc pull` into a store that has none of them.
 - `summary`: the tables, figures and REPORT.md as the run `summary-<profile>` (pit/tracking/summary.py).
+- `ui`: `mlflow server` on the store, after printing each experiment's runs-table URL (MLflow 3 would open its
+  GenAI view; the URL selects "Model training").
 - `export`: an experiment's runs (tags, params, metric histories) as a JSON-lines file (the report stage
   writes results/mlflow/runs.jsonl).
 """
@@ -11,13 +13,15 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 from pit.commands.common import read_config
 from pit.errors import PitError
 from pit.tracking.summary import log_summary
 from pit.tracking.sync import sync_run
-from pit.tracking.tracker import DEFAULT_TRACKING_URI
-from pit.tracking.transfer import export_file, export_runs, import_runs
+from pit.tracking.tracker import DEFAULT_TRACKING_URI, tracking_uri
+from pit.tracking.transfer import export_file, export_runs, import_runs, ui_urls
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
@@ -58,6 +62,18 @@ def cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ui(args: argparse.Namespace) -> int:
+    if not 0 < args.port < 65536:
+        raise PitError(f"--port {args.port}: expected 1 to 65535")
+    uri = tracking_uri(args.tracking_uri)
+    for name, url in ui_urls(uri, f"http://{args.host}:{args.port}", args.experiment):
+        print(f"{name}: {url}", flush=True)
+    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")  # GenAI scorer jobs: none here
+    server = ["mlflow", "server", "--backend-store-uri", uri, "--host", args.host, "--port", str(args.port)]
+    os.execv(sys.executable, [sys.executable, "-m", *server, "--workers", "1"])
+    return 0  # not reached: the server replaces this process
+
+
 def register(sub) -> None:
     p = sub.add_parser("mlflow", help="MLflow utilities")
     s = p.add_subparsers(dest="mlflow_command", required=True)
@@ -84,3 +100,9 @@ def register(sub) -> None:
     q.add_argument("--experiment", required=True, help="the experiment, e.g. pit-default")
     q.add_argument("--tracking-uri", default=None, help=f"default: $MLFLOW_TRACKING_URI or {DEFAULT_TRACKING_URI}")
     q.set_defaults(func=cmd_export)
+    q = s.add_parser("ui", help="serve the store's MLflow UI; print each experiment's runs-table URL first")
+    q.add_argument("--tracking-uri", default=None, help=f"default: $MLFLOW_TRACKING_URI or {DEFAULT_TRACKING_URI}")
+    q.add_argument("--experiment", action="append", default=None, help="only this experiment's URL (repeatable)")
+    q.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    q.add_argument("--port", type=int, default=5000, help="port (default 5000)")
+    q.set_defaults(func=cmd_ui)

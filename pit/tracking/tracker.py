@@ -28,6 +28,9 @@ DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 # (runs, metrics); the values are MLflow's ExperimentKind enum (mlflow/server/js: GENAI_DEVELOPMENT, ...)
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
+# MLflow 3.17's UI ignores that tag when choosing the view: a global GenAI / "Model training" switch does (the URL's
+# workflowType, else the browser's last choice, else GenAI); links carry this query to open the runs table
+UI_QUERY = "workflowType=machine_learning"
 # the summary.json keys a finished training run (pretraining, LoRA) logs as metrics at its last step
 FINAL_KEYS = ("val_loss", "val_ppl", "final_train_loss", "final_train_ppl", "runtime_s", "peak_memory_mb")
 # the metrics.jsonl keys a training run logs as MLflow metrics

@@ -19,7 +19,7 @@ from pathlib import Path
 from pit.errors import PitError
 from pit.io import read_jsonl, write_text
 from pit.tracking.run_table import check_store
-from pit.tracking.tracker import experiment_id, store_lock, tracking_uri
+from pit.tracking.tracker import UI_QUERY, experiment_id, store_lock, tracking_uri
 
 EXPORT_FILE = "runs.jsonl"
 IMPORTED_FROM = "pit.imported_from"
@@ -135,3 +135,23 @@ def import_runs(path: str | Path, uri: str | None = None) -> tuple[int, int]:
             else:
                 imported += 1
     return imported, present
+
+
+def ui_urls(uri: str | None, base: str, experiments: list[str] | None = None) -> list[tuple[str, str]]:
+    """(experiment, URL) of each experiment's runs table in the MLflow UI at `base` (all experiments by default);
+    the URL selects the UI's "Model training" view (`UI_QUERY`), where MLflow 3 otherwise opens its GenAI one."""
+    import mlflow
+
+    uri = tracking_uri(uri)
+    check_store(uri)
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    found = client.search_experiments()
+    if experiments:
+        missing = sorted(set(experiments) - {e.name for e in found})
+        if missing:
+            known = ", ".join(sorted(e.name for e in found)) or "none"
+            raise PitError(f"no experiment {missing[0]!r} in the MLflow store {uri!r} (experiments: {known})")
+        found = [e for e in found if e.name in experiments]
+    return [
+        (e.name, f"{base}/#/experiments/{e.experiment_id}/runs?{UI_QUERY}") for e in sorted(found, key=lambda e: e.name)
+    ]
