@@ -50,7 +50,7 @@ def _experiments(client, names: list[str] | None):
     return found
 
 
-def _local_store(uri: str) -> Path | None:
+def local_store(uri: str) -> Path | None:
     """The file (SQLite) or folder (file store) of a local MLflow store URI; None for a server or other backends."""
     parsed = urlparse(uri)
     if parsed.scheme == "sqlite":
@@ -65,7 +65,7 @@ def check_store(uri: str, timeout: float = 5.0) -> None:
     """Before listing: a local store must exist and be one (listing never creates a store: MLflow would make an
     empty mlflow.db or mlruns/ otherwise), and a server must accept a connection within `timeout` seconds (MLflow
     would retry a refused port for minutes); then requests are not retried. A PitError naming the URI otherwise."""
-    local = _local_store(uri)
+    local = local_store(uri)
     if local is not None:
         sqlite = urlparse(uri).scheme == "sqlite"
         if not (local.is_file() if sqlite else local.is_dir()):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pit.errors import PitError
 from pit.io import read_jsonl, write_text
-from pit.tracking.run_table import check_store
+from pit.tracking.run_table import check_store, local_store
 from pit.tracking.tracker import UI_QUERY, experiment_id, store_lock, tracking_uri
 
 EXPORT_FILE = "runs.jsonl"
@@ -52,12 +52,10 @@ def export_runs(out: str | Path, experiment: str, uri: str | None = None) -> int
     import mlflow
 
     uri = tracking_uri(uri)
-    lines = []
-    try:
+    lines, exp = [], None
+    local = local_store(uri)
+    if local is None or local.exists():  # a local store that was never created: nothing was tracked
         check_store(uri)
-    except PitError:
-        exp = None
-    else:
         client = mlflow.MlflowClient(tracking_uri=uri)
         exp = client.get_experiment_by_name(experiment)
     if exp is not None:
