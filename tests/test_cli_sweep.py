@@ -182,6 +182,18 @@ SWEEP = {
     "mlflow sync": [
         (["{T}/none"], "'{T}/none' is not a run folder"),
         (["{T}/none", "--tracking-uri"], "--tracking-uri"),
+        (["{T}/bad.yaml"], "'{T}/bad.yaml' is not a run folder"),
+    ],
+    "mlflow export": [
+        (["--experiment", "x"], "--out"),
+        (["--out", "{T}/r.jsonl"], "--experiment"),
+        (["--experiment", "x", "--out", "{T}/r.jsonl", "--tracking-uri", "sqlite:///{T}/bad.yaml"], "not an SQLite"),
+    ],
+    "mlflow ui": [
+        (["--port", "0"], "--port 0: expected 1 to 65535"),
+        (["--port", "x"], "--port"),
+        (["--tracking-uri", "sqlite:///{T}/none.db"], "no MLflow store at 'sqlite:///{T}/none.db'"),
+        (["--tracking-uri", "sqlite:///{T}/bad.yaml", "--experiment", "x"], "is not an SQLite database"),
     ],
     "mlflow summary": [
         (["--config", "{bad", "--out", "{T}/s.json"], "not valid JSON"),

@@ -305,6 +305,8 @@ def test_cli_evaluates_several_tasks_with_one_model_load(tmp_path):
         "ev",
         "--tracking-uri",
         uri,
+        "--spec",
+        json.dumps({"tags": {"mode": "scratch", "slot": "303m", "interface": "pit", "task": "gsm8k", "seed": 1}}),
     )
     assert proc.returncode == 0, proc.stderr
     printed = json.loads(proc.stdout)
@@ -318,6 +320,11 @@ def test_cli_evaluates_several_tasks_with_one_model_load(tmp_path):
     client = mlflow.MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("ev").experiment_id])
     assert run.info.run_name == "eval-x" and run.info.status == "FINISHED"
+    tags = {k: run.data.tags[k] for k in ("stage", "mode", "slot", "interface", "task", "seed", "mlflow.source.name")}
+    assert tags == {
+        "stage": "evaluate", "mode": "scratch", "slot": "303m", "interface": "pit", "task": "gsm8k", "seed": "1",
+        "mlflow.source.name": "pit evaluate",
+    }  # fmt: skip
     assert run.data.metrics == {
         "lora/gsm8k/accuracy": printed["gsm8k"]["accuracy"],
         "lora/svamp/accuracy": printed["svamp"]["accuracy"],

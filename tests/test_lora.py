@@ -196,6 +196,16 @@ def test_lora_run_is_logged_to_mlflow(tiny_data, tmp_path):
     assert {"loss", "kl", "val_loss_change", "delta_ti_after"} <= set(run.data.metrics)
     assert len(client.get_metric_history(run.info.run_id, "loss")) == 4
     assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"side_effects.json", "summary.json"}
+    assert run.data.tags["stage"] == "lora" and run.data.tags["mlflow.source.name"] == "pit lora train"
+    # `pit mlflow sync` of the run folder gives back every metric the live run logged, with its history
+    later = f"sqlite:///{tmp_path / 'later.db'}"
+    assert pit_cli("mlflow", "sync", str(tmp_path / "run"), "--tracking-uri", later).returncode == 0
+    other = mlflow.MlflowClient(later)
+    (synced,) = other.search_runs([other.get_experiment_by_name("e").experiment_id])
+    assert set(synced.data.metrics) == set(run.data.metrics) and synced.data.tags == run.data.tags
+    for key in run.data.metrics:
+        live = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+        assert sorted((m.step, m.value) for m in other.get_metric_history(synced.info.run_id, key)) == live, key
 
 
 def pit_cli(*args):

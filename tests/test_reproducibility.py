@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -295,6 +296,40 @@ def test_mlflow_server_gives_back_every_run_with_params_metrics_and_artifacts(pr
     assert {"tables/table1.md", "tables/table2.csv"} <= tables
     report = rest(mlflow_server, "/get-artifact", path="REPORT.md", run_uuid=summary["info"]["run_id"])
     assert report == (project.root / "results/REPORT.md").read_bytes()
+
+
+def test_runs_are_tagged_and_travel_with_the_results(project, tmp_path):
+    """Every run says which stage made it and from which commit; evaluation runs name their arm and task; the
+    report stage's results/mlflow/runs.jsonl (a DVC output) recreates the finished runs in a fresh store."""
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{project.root / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("pit-default")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    finished = client.search_runs([exp.experiment_id], "attributes.status = 'FINISHED'", max_results=1000)
+    stages = {"teacher": "pretrain", "scratch": "pretrain", "stand": "pretrain", "lora": "lora", "eval": "evaluate"}
+    for r in finished:
+        name, tags = r.info.run_name, r.data.tags
+        assert tags["stage"] == stages.get(name.split("-")[0], "summary"), name
+        assert tags["profile"] == "default" and len(tags["mlflow.source.git.commit"]) >= 7, name
+        assert "git_commit" not in r.data.params, name
+        if name.startswith("eval-"):
+            _, task, mode, slot, interface = re.sub(r"-s\d+$", "", name).split("-", 4)
+            arm = {"task": task, "mode": mode, "slot": slot, "interface": interface}
+            assert {k: tags[k] for k in arm} == arm, name
+    shared = tmp_path / "pulled"
+    shutil.copytree(project.root / "results" / "mlflow", shared / "results" / "mlflow")
+    exported = [json.loads(line) for line in (shared / "results/mlflow/runs.jsonl").read_text().splitlines()]
+    assert {r["run_name"] for r in exported if r["status"] == "FINISHED"} == expected_run_names(project.root)
+    env = {k: v for k, v in project.env.items() if k != "MLFLOW_TRACKING_URI"}
+    out = run(["pit", "mlflow", "sync", "results/mlflow"], shared, env).stdout
+    assert f"imported {len(exported)} runs" in out
+    fresh = mlflow.MlflowClient(f"sqlite:///{shared / 'mlflow.db'}")
+    copies = fresh.search_runs([fresh.get_experiment_by_name("pit-default").experiment_id], max_results=1000)
+    by_name = {r.info.run_name: r for r in copies if r.info.status == "FINISHED"}
+    for r in finished:
+        copy = by_name[r.info.run_name]
+        assert copy.data.metrics == r.data.metrics and copy.data.params == r.data.params, r.info.run_name
 
 
 def test_pit_runs_lists_the_store(project):

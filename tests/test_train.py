@@ -165,13 +165,27 @@ def test_mlflow_sqlite_store_has_params_metrics_artifacts(tiny_data, tmp_path):
     assert (
         run.data.tags["interface"] == "pit" and run.data.tags["mode"] == "scratch" and run.data.tags["slot"] == "303m"
     )
-    assert run.data.params["train.max_steps"] == "8" and len(run.data.params["git_commit"]) >= 7
+    assert run.data.params["train.max_steps"] == "8" and "git_commit" not in run.data.params
+    assert run.data.tags["stage"] == "pretrain" and run.data.tags["mlflow.source.name"] == "pit train"
+    assert len(run.data.tags["mlflow.source.git.commit"]) >= 7 and run.data.tags["mlflow.runName"] == "scratch-tiny-pit"
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
     assert "tokenizer_sha256" in run.data.params and "train_data_sha256" in run.data.params
     history = client.get_metric_history(run.info.run_id, "loss")
     assert sorted(m.step for m in history) == list(range(1, 9))
     assert max(m.value for m in client.get_metric_history(run.info.run_id, "delta_ti")) < 1e-4
     names = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"summary.json", "metrics.jsonl", "run.json"} <= names
+    assert {"final_train_loss", "val_loss", "runtime_s", "peak_memory_mb"} <= set(run.data.metrics)
+    # `pit mlflow sync` of the run folder gives back every metric (and its history), tag and param of the live run
+    later = f"sqlite:///{tmp_path / 'later.db'}"
+    assert pit_cli("mlflow", "sync", str(tmp_path / "run"), "--tracking-uri", later).returncode == 0
+    other = mlflow.MlflowClient(later)
+    (synced,) = other.search_runs([other.get_experiment_by_name("pit-test").experiment_id])
+    assert set(synced.data.metrics) == set(run.data.metrics) and synced.data.params == run.data.params
+    assert synced.data.tags == run.data.tags
+    for key in run.data.metrics:
+        live = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
+        assert sorted((m.step, m.value) for m in other.get_metric_history(synced.info.run_id, key)) == sorted(live), key
 
 
 def test_mlflow_server_down_mid_run_does_not_stop_training(tiny_data, tmp_path):

@@ -108,7 +108,7 @@ def check_bounds(args) -> None:
 
 
 def run(args) -> int:
-    merge_spec(args, read_spec(args.spec), {key: default for key, (_, default, _) in SETTINGS.items()})
+    merge_spec(args, read_spec(args.spec), {**{key: default for key, (_, default, _) in SETTINGS.items()}, "tags": {}})
     check_types(args)
     check_args(args)
     resolve_device(args.device)  # a device this machine has, before any model loads
@@ -135,6 +135,7 @@ def run(args) -> int:
         source=args.source,
         limit=args.limit,
         sampling=sampling,
+        tags=args.tags,
     )
     results = ev.evaluate_models(
         tasks, args.model, ev.output_paths(args.tasks, len(args.model), args.out, args.out_dir),
@@ -166,5 +167,5 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
     for key, (kind, _, help_text) in SETTINGS.items():
         p.add_argument(f"--{key.replace('_', '-')}", type=kind, default=None, help=help_text)
-    add_spec_argument(p, ", ".join(SETTINGS))
+    add_spec_argument(p, ", ".join([*SETTINGS, "tags (MLflow run tags, an object)"]))
     p.set_defaults(func=run)

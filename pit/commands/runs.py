@@ -4,10 +4,11 @@
     pit runs --experiment pit-paper --format csv
     pit runs --uri http://mlflow.example.org:5000 --format json
 
-Reads the store with `mlflow.MlflowClient` (a SQLite file or a tracking server); each metric
+Reads the store with `mlflow.search_runs` (a SQLite file or a tracking server); each metric
 column is the metric's last logged value. Columns: experiment, run (the run name, e.g.
-`teacher-256m-pit`), status, start (UTC), the key metrics below when any listed run has them,
-and every `pass@k`-style metric (names containing `pass`), e.g. from evaluation runs.
+`teacher-256m-pit`), status, start (UTC), final_loss, val_loss, delta_ti, runtime_s when any
+listed run has them, and the evaluation scores: `<label>/<task>/pass_at_1` (HumanEval, MBPP)
+and `<label>/<task>/accuracy` (GSM8K, SVAMP exact match), e.g. `lora/gsm8k/accuracy`.
 
 Listing only reads: a local store (SQLite file, mlruns folder) that does not exist is an error,
 never created; a server that refuses the connection, or does not accept it within 5 s, is an

@@ -150,13 +150,20 @@ def start_tracker(
     source: str,
     limit: int | None,
     sampling: Sampling,
+    tags: dict | None = None,
 ):
-    """The MLflow run of an evaluation (tag stage=evaluate) with its params, or None without a run name."""
+    """The MLflow run of an evaluation with its params, or None without a run name; tagged stage=evaluate and
+    `tags` (the pipeline's: mode, slot, interface, task, profile, seed)."""
     if not run_name:
         return None
     from pit.tracking.tracker import Tracker
 
-    tracker = Tracker(tracking_uri, experiment, run_name, {"stage": "evaluate"})
+    bad = {k: v for k, v in (tags or {}).items() if not isinstance(v, (str, int, float)) or isinstance(v, bool)}
+    if bad:
+        raise PitError(f"MLflow tags {bad}: expected a string or number per tag")
+    tracker = Tracker(
+        tracking_uri, experiment, run_name, {**{k: str(v) for k, v in (tags or {}).items()}, "stage": "evaluate"}
+    )
     tracker.log_params(
         {
             "tasks": tasks,

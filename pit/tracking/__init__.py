@@ -1,10 +1,11 @@
 """MLflow tracking, best effort: the run folder's metrics.jsonl is the record, the store a view of it.
 
 - tracker.py: `Tracker`, a run whose failures switch tracking off and never the training run
-- sync.py: upload a finished run folder later (`pit mlflow sync`)
+- sync.py: upload a finished run folder later with every metric the live run logs (`pit mlflow sync`)
+- transfer.py: a store's runs as results/mlflow/runs.jsonl and back (`pit mlflow export`, `sync`), UI links
 - summary.py: the report stage as the run `summary-<profile>` (`pit mlflow summary`)
 - run_table.py: a store's runs and final metrics as one table (`pit runs`)
-- provenance.py: the git commit a run ran
+- provenance.py: MLflow's source tags of a run (git commit, command)
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
 """The runs of an MLflow store as one table: name, status, key final metrics (`pit runs` prints it).
 
-Reads the store with `mlflow.MlflowClient` (a SQLite file or a tracking server); each metric
-column is the metric's last logged value. Columns: experiment, run (the run name, e.g.
-`teacher-256m-pit`), status, start (UTC), the key metrics below when any listed run has them,
-and every `pass@k`-style metric (names containing `pass`), e.g. from evaluation runs.
+The runs come from `mlflow.search_runs` as a pandas DataFrame (every run of the listed experiments,
+paged by MLflow; each metric column the metric's last logged value). Ours on top of it, and why:
+`check_store` (listing must never create a store, and a server that is down must fail in seconds,
+not after MLflow's minutes of retries), the choice and names of the columns below, and the
+Markdown / CSV / JSON output. Columns: experiment, run (the run name, e.g. `teacher-256m-pit`),
+status, start (UTC), the key metrics below when any listed run has them, and each evaluation score
+`<label>/<task>/pass_at_k` (HumanEval, MBPP) or `<label>/<task>/accuracy` (GSM8K, SVAMP: exact
+match), e.g. `lora/gsm8k/accuracy`.
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ import io
 import json
 import math
 import os
+import re
 import socket
-from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -29,6 +33,8 @@ KEY_METRICS = {
     "runtime_s": "runtime_s",
 }
 FORMATS = ("md", "csv", "json")
+# an evaluation run's score metric (pit.evaluation.evaluate.log_result): pass@k, or exact-match accuracy
+SCORE_METRIC = re.compile(r"[^/]+/[^/]+/(pass_at_\d+|accuracy)")
 
 
 def _experiments(client, names: list[str] | None):
@@ -44,19 +50,7 @@ def _experiments(client, names: list[str] | None):
     return found
 
 
-def _all_runs(client, experiment_id: str):
-    runs, token = [], None
-    while True:
-        page = client.search_runs(
-            [experiment_id], max_results=1000, page_token=token, order_by=["attributes.start_time ASC"]
-        )
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
-
-
-def _local_store(uri: str) -> Path | None:
+def local_store(uri: str) -> Path | None:
     """The file (SQLite) or folder (file store) of a local MLflow store URI; None for a server or other backends."""
     parsed = urlparse(uri)
     if parsed.scheme == "sqlite":
@@ -71,7 +65,7 @@ def check_store(uri: str, timeout: float = 5.0) -> None:
     """Before listing: a local store must exist and be one (listing never creates a store: MLflow would make an
     empty mlflow.db or mlruns/ otherwise), and a server must accept a connection within `timeout` seconds (MLflow
     would retry a refused port for minutes); then requests are not retried. A PitError naming the URI otherwise."""
-    local = _local_store(uri)
+    local = local_store(uri)
     if local is not None:
         sqlite = urlparse(uri).scheme == "sqlite"
         if not (local.is_file() if sqlite else local.is_dir()):
@@ -96,38 +90,65 @@ def check_store(uri: str, timeout: float = 5.0) -> None:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 
 
+def _search(uri: str, experiment_ids: list[str]):
+    """`mlflow.search_runs` on the store `uri` (the fluent API reads the global tracking URI: set, then put back)."""
+    import mlflow
+
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        return mlflow.search_runs(experiment_ids=experiment_ids, order_by=["attributes.start_time ASC"])
+    finally:
+        mlflow.set_tracking_uri(previous)
+
+
+def _value(value):
+    """A DataFrame cell as JSON-ready Python: NaN (no such metric in this run) -> None."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def _row(run, experiment: str, score_columns: list[str]) -> dict:
+    row = {
+        "experiment": experiment,
+        "run": run.get("tags.mlflow.runName"),
+        "status": run["status"],
+        "start": run["start_time"].strftime("%Y-%m-%d %H:%M"),
+        "run_id": run["run_id"],
+    }
+    for key, column in KEY_METRICS.items():
+        row[column] = _value(run.get(f"metrics.{key}"))
+    for column in score_columns:
+        value = _value(run.get(f"metrics.{column}"))
+        if value is not None:
+            row[column] = value
+    return row
+
+
 def list_runs(uri: str | None = None, experiments: list[str] | None = None) -> list[dict]:
-    """One dict per run: experiment, run, status, start, run_id and the key final metrics. Reads only: a store
-    that does not exist is an error, never created (`check_store`)."""
+    """One dict per run (experiments by name, runs by start time): experiment, run, status, start, run_id, the
+    key final metrics and the evaluation scores. Reads only: a store that does not exist is an error, never
+    created (`check_store`)."""
     uri = tracking_uri(uri)
     check_store(uri)
     import mlflow
 
     try:
-        client = mlflow.MlflowClient(tracking_uri=uri)
-        exps = _experiments(client, experiments)
+        exps = _experiments(mlflow.MlflowClient(tracking_uri=uri), experiments)
+        frame = _search(uri, [e.experiment_id for e in exps]) if exps else None
     except PitError:
         raise
     except Exception as err:  # noqa: BLE001 -- an unreachable store is bad input here
         raise PitError(f"cannot read the MLflow store {uri!r}: {type(err).__name__}: {err}") from None
-    rows = []
-    for exp in exps:
-        for run in _all_runs(client, exp.experiment_id):
-            metrics = run.data.metrics
-            row = {
-                "experiment": exp.name,
-                "run": run.info.run_name,
-                "status": run.info.status,
-                "start": datetime.fromtimestamp(run.info.start_time / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M"),
-                "run_id": run.info.run_id,
-            }
-            for key, column in KEY_METRICS.items():
-                row[column] = metrics.get(key)
-            for key in sorted(metrics):
-                if "pass" in key.lower():
-                    row[key] = metrics[key]
-            rows.append(row)
-    return rows
+    if frame is None or frame.empty:
+        return []
+    names = {e.experiment_id: e.name for e in exps}
+    order = {e.experiment_id: i for i, e in enumerate(exps)}
+    frame = frame.assign(_order=frame["experiment_id"].map(order)).sort_values(["_order", "start_time"], kind="stable")
+    scores = sorted(c[len("metrics.") :] for c in frame.columns if c.startswith("metrics."))
+    scores = [c for c in scores if SCORE_METRIC.fullmatch(c)]
+    return [_row(run, names[run["experiment_id"]], scores) for _, run in frame.iterrows()]
 
 
 def _columns(rows: list[dict]) -> list[str]:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from pit.errors import PitError
 from pit.io import write_json
-from pit.tracking.provenance import git_commit
 from pit.tracking.tracker import Tracker, tracking_uri
 
 
@@ -46,7 +45,7 @@ def table_metrics(csv_path: str | Path) -> dict[str, float]:
 def _log(tracker: Tracker, config: dict, paths: dict[str, Path]) -> None:
     """Params, table metrics and artifacts of the summary run."""
     profile = config.get("profile", "default")
-    tracker.log_params({"profile": profile, "git_commit": git_commit(), "config": config})
+    tracker.log_params({"profile": profile, "config": config})
     metrics = {}
     for table in sorted(paths["tables"].glob("*.csv")):
         metrics.update(table_metrics(table))
@@ -82,7 +81,7 @@ def log_summary(
         "logged": False,
     }
     if settings.get("enabled", True):
-        tracker = Tracker(uri, experiment, run_name, {"profile": profile, "role": "summary"})
+        tracker = Tracker(uri, experiment, run_name, {"stage": "summary", "profile": profile, "role": "summary"})
         _log(tracker, config, paths)
         tracker.finish()
         record.update(run_id=tracker.run_id, logged=tracker.active)

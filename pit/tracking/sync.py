@@ -1,7 +1,11 @@
-"""`pit mlflow sync`: upload a finished run folder to an MLflow store after the fact.
+"""`pit mlflow sync`: put runs into an MLflow store after the fact.
 
-A run whose store was unreachable kept everything in its folder (run.json, metrics.jsonl,
-summary.json); this replays it as a new MLflow run with the same experiment, name and tags.
+- A finished run folder (run.json, metrics.jsonl, summary.json, side_effects.json) whose store was
+  unreachable kept everything it would have logged; this replays it as a new MLflow run with the same
+  experiment, name and tags (the git commit included), the same params, and every metric the live run
+  logs: run.json's `metric_keys` names, per record file, the keys the live run logs from it (the
+  per-step rows of metrics.jsonl at their steps; summary.json and side_effects.json at the last step).
+- An export of a store's runs (`results/mlflow/runs.jsonl`, pit/tracking/transfer.py) is imported.
 """
 
 from __future__ import annotations
@@ -11,22 +15,48 @@ from pathlib import Path
 
 from pit.errors import PitError
 from pit.io import read_jsonl
-from pit.tracking.tracker import METRIC_KEYS, Tracker, tracking_uri
+from pit.tracking.tracker import FINAL_KEYS, METRIC_KEYS, Tracker, tracking_uri
+
+# what a run folder written before run.json recorded `metric_keys` logged (pretraining's keys)
+DEFAULT_METRIC_KEYS = {"metrics.jsonl": METRIC_KEYS, "summary.json": FINAL_KEYS}
+ARTIFACTS = ("summary.json", "run.json", "metrics.jsonl", "side_effects.json")
+
+
+def logged_rows(run_dir: Path, meta: dict) -> list[tuple[list[dict], tuple[str, ...]]]:
+    """(rows, keys) per record file of the run folder, as the live run logged them: metrics.jsonl's rows at their
+    steps, summary.json and side_effects.json as one row at the run's last step (summary.json's `steps`)."""
+    summary_file = run_dir / "summary.json"
+    last_step = json.loads(summary_file.read_text()).get("steps") if summary_file.is_file() else None
+    out = []
+    for name, keys in (meta.get("metric_keys") or DEFAULT_METRIC_KEYS).items():
+        path = run_dir / name
+        if not path.is_file():
+            continue
+        if name.endswith(".jsonl"):
+            out.append((read_jsonl(path), tuple(keys)))
+        elif last_step is not None:
+            out.append(([{**json.loads(path.read_text()), "step": last_step}], tuple(keys)))
+    return out
 
 
 def sync_run(run_dir: str | Path, uri: str | None = None) -> str:
-    """Upload a finished run folder (params, metrics.jsonl, summary, config) as a new MLflow run; its run id."""
+    """Upload a finished run folder (params, every metric the live run logs, its record files) as a new MLflow
+    run; its run id."""
     run_dir = Path(run_dir)
     meta_file = run_dir / "run.json"
     if not meta_file.is_file():
-        raise PitError(f"{str(run_dir)!r} is not a run folder: no run.json (expected the output of `pit train`)")
+        raise PitError(
+            f"{str(run_dir)!r} is not a run folder: no run.json (expected the output of `pit train` or "
+            "`pit lora train`, or an MLflow export: results/mlflow)"
+        )
     meta = json.loads(meta_file.read_text())
     tracker = Tracker(uri, meta["experiment"], meta["run_name"], meta.get("tags"))
     if not tracker.active:
         raise PitError(f"cannot reach the MLflow store {tracking_uri(uri)!r}")
     tracker.log_params(meta["params"])
-    tracker.log_metrics(read_jsonl(run_dir / "metrics.jsonl"), METRIC_KEYS)
-    for name in ("summary.json", "run.json", "metrics.jsonl"):
+    for rows, keys in logged_rows(run_dir, meta):
+        tracker.log_metrics(rows, keys)
+    for name in ARTIFACTS:
         if (run_dir / name).is_file():
             tracker.log_artifact(run_dir / name)
     tracker.finish()

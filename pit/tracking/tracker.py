@@ -19,9 +19,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pit.tracking.provenance import with_source_tags
+
 log = logging.getLogger("pit.tracking")
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+# MLflow 3's UI reads this experiment tag to choose between its GenAI view (traces) and the model-training view
+# (runs, metrics); the values are MLflow's ExperimentKind enum (mlflow/server/js: GENAI_DEVELOPMENT, ...)
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+# MLflow 3.17's UI ignores that tag when choosing the view: a global GenAI / "Model training" switch does (the URL's
+# workflowType, else the browser's last choice, else GenAI); links carry this query to open the runs table
+UI_QUERY = "workflowType=machine_learning"
+# the summary.json keys a finished training run (pretraining, LoRA) logs as metrics at its last step
+FINAL_KEYS = ("val_loss", "val_ppl", "final_train_loss", "final_train_ppl", "runtime_s", "peak_memory_mb")
 # the metrics.jsonl keys a training run logs as MLflow metrics
 METRIC_KEYS = (
     "loss",
@@ -78,6 +89,17 @@ def store_lock(uri: str):
     return contextlib.nullcontext()
 
 
+def experiment_id(client, name: str) -> str:
+    """The id of experiment `name`, created when missing; either way tagged `EXPERIMENT_KIND_TAG` =
+    `EXPERIMENT_KIND`, so that MLflow 3's UI opens it on its training-runs view rather than the GenAI one."""
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        return client.create_experiment(name, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+    if exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+        client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    return exp.experiment_id
+
+
 class Tracker:
     """A best-effort MLflow run. Every call is safe: failures disable tracking, never the run."""
 
@@ -91,9 +113,11 @@ class Tracker:
         run_id: str | None = None,
         on_start: Callable[[str], None] | None = None,
     ):
-        """Continue MLflow run `run_id` when the store has it (same experiment and name), else create one; then
-        `on_start(run_id)` at once (the run folder records the id before anything else can happen)."""
+        """Continue MLflow run `run_id` when the store has it (same experiment and name), else create one with `tags`
+        and MLflow's source tags (git commit, command: pit.tracking.provenance); then `on_start(run_id)` at once (the
+        run folder records the id before anything else can happen)."""
         self.run_id = None
+        self.tags = dict(tags or {})
         self.active = enabled
         if not enabled:
             return
@@ -101,14 +125,14 @@ class Tracker:
         # fail fast instead of retrying for minutes against a server that is down
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
-        self._call(self._start, self._uri, experiment, run_name, tags or {}, run_id, on_start or (lambda _: None))
+        self.tags = with_source_tags(tags)
+        self._call(self._start, self._uri, experiment, run_name, self.tags, run_id, on_start or (lambda _: None))
 
     def _start(self, uri, experiment, run_name, tags, run_id, on_start):
         import mlflow
 
         self._client = mlflow.MlflowClient(tracking_uri=uri)
-        exp = self._client.get_experiment_by_name(experiment)
-        exp_id = exp.experiment_id if exp is not None else self._client.create_experiment(experiment)
+        exp_id = experiment_id(self._client, experiment)
         if run_id is not None and self._resumable(run_id, exp_id, run_name):
             self.run_id = run_id
             self._client.update_run(self.run_id, status="RUNNING")
@@ -136,7 +160,8 @@ class Tracker:
             [exp_id], filter_string=f"attributes.run_name = '{run_name}' and attributes.status = 'RUNNING'"
         )
         for run in stale:
-            if run.info.run_id != self.run_id and all(run.data.tags.get(k) == str(v) for k, v in tags.items()):
+            ours = {k: v for k, v in tags.items() if not k.startswith("mlflow.")}  # not the commit: code may change
+            if run.info.run_id != self.run_id and all(run.data.tags.get(k) == str(v) for k, v in ours.items()):
                 self._client.set_tag(run.info.run_id, "pit.superseded_by", self.run_id)
                 self._client.set_terminated(run.info.run_id, status="KILLED")
 

@@ -41,8 +41,7 @@ from pit.errors import PitError
 from pit.evaluation.tasks import load_task
 from pit.io import atomic_path, sha256_file, write_json
 from pit.models.checkpoint import load_model
-from pit.tracking.provenance import git_commit
-from pit.tracking.tracker import Tracker
+from pit.tracking.tracker import FINAL_KEYS, Tracker
 from pit.training.args import LoraArgs
 from pit.training.objective import NextTokenLoss
 from pit.training.optim import optimizer_update, warmup_cosine
@@ -285,7 +284,6 @@ def setup(args: LoraArgs, folder: RunFolder, base_sha: str) -> LoraRun:
     kind = model.get_base_model().interface_config.kind
     params = {
         "lora": dataclasses.asdict(args),
-        "git_commit": git_commit(),
         "base_sha256": base_sha,
         "task_data": task.name,
         "examples": len(examples),
@@ -322,7 +320,8 @@ def start_tracking(run: LoraRun) -> Tracker:
     """The run's MLflow run (continued by id), run.json, and metrics.jsonl cut back to the resume point."""
     args = run.args
     tags = {"stage": "lora", "task": args.task, "interface": run.kind, **args.tags}
-    tracker = run.folder.start_tracking(args.mlflow, run.run_name, tags, run.params, run.state["mlflow_run_id"])
+    logged = {"metrics.jsonl": METRIC_KEYS, "summary.json": FINAL_KEYS, "side_effects.json": SIDE_EFFECT_KEYS}
+    tracker = run.folder.start_tracking(args.mlflow, run.run_name, tags, run.params, run.state["mlflow_run_id"], logged)
     run.state["mlflow_run_id"] = tracker.run_id
     run.folder.keep_metrics_until(run.start_step)
     return tracker
@@ -422,7 +421,7 @@ def evaluate(run: LoraRun) -> dict:
         write_json(path / "side_effects.json", {**effects, "val_data": args.val_data})
         run.tracker.log_metrics([{"step": args.max_steps, **effects}], SIDE_EFFECT_KEYS)
         run.tracker.log_artifact(path / "side_effects.json")
-    run.tracker.log_metrics([{"step": args.max_steps, **summary}], ("final_train_loss", "runtime_s", "peak_memory_mb"))
+    run.tracker.log_metrics([{"step": args.max_steps, **summary}], FINAL_KEYS)
     run.folder.finish(run.tracker, summary)  # summary.json, last
     return summary
 

@@ -33,8 +33,7 @@ from pit.io import atomic_path, sha256_file
 from pit.models import build_model, convert_teacher, get_spec, load_teacher
 from pit.models.access import interface_of, model_consistency, model_delta_ti
 from pit.models.configs import TeacherSpec
-from pit.tracking.provenance import git_commit
-from pit.tracking.tracker import METRIC_KEYS
+from pit.tracking.tracker import FINAL_KEYS, METRIC_KEYS
 from pit.training.args import PretrainArgs
 from pit.training.objective import NextTokenLoss
 from pit.training.optim import make_optimizer, optimizer_update, warmup_cosine
@@ -144,7 +143,6 @@ def setup(args: PretrainArgs, folder: RunFolder, device: torch.device, d: Dist) 
     run_name = args.run_name or folder.name
     params = {
         "train": dataclasses.asdict(args),
-        "git_commit": git_commit(),
         "train_data_sha256": train_data.meta.get("sha256") or sha256_file(args.train_data),
         "tokenizer_sha256": train_data.meta.get("tokenizer_sha256"),
         "vocab_size": vocab,
@@ -155,7 +153,12 @@ def setup(args: PretrainArgs, folder: RunFolder, device: torch.device, d: Dist) 
         "parameters": sum(p.numel() for p in model.parameters()),
         "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
     }
-    tags = {"mode": args.mode, "interface": InterfaceConfig.from_dict(args.interface).kind, **args.tags}
+    tags = {
+        "stage": "pretrain",
+        "mode": args.mode,
+        "interface": InterfaceConfig.from_dict(args.interface).kind,
+        **args.tags,
+    }
     state = {
         "tokens": 0,
         "runtime_s": 0.0,
@@ -172,7 +175,8 @@ def setup(args: PretrainArgs, folder: RunFolder, device: torch.device, d: Dist) 
         RunFolder.restore(saved, optimizer, scheduler)
         start_step = saved["step"]
         state.update({k: saved[k] for k in state if k in saved})
-    tracker = folder.start_tracking(args.mlflow, run_name, tags, params, state["mlflow_run_id"])
+    logged = {"metrics.jsonl": METRIC_KEYS, "summary.json": FINAL_KEYS}  # what `pit mlflow sync` replays
+    tracker = folder.start_tracking(args.mlflow, run_name, tags, params, state["mlflow_run_id"], logged)
     state["mlflow_run_id"] = tracker.run_id
     if d.main:
         folder.keep_metrics_until(start_step)
@@ -375,11 +379,8 @@ def validate(run: Run, metrics: MetricsLog) -> dict:
         run.model.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-    metrics.upload([{"step": args.max_steps, "val_loss": val_loss, "val_ppl": summary["val_ppl"]}])
-    run.tracker.log_metrics(
-        [{"step": args.max_steps, **{k: v for k, v in summary.items() if isinstance(v, float)}}],
-        ("final_train_loss", "final_train_ppl", "runtime_s", "peak_memory_mb"),
-    )
+    metrics.upload()
+    run.tracker.log_metrics([{"step": args.max_steps, **summary}], FINAL_KEYS)
     run.folder.finish(run.tracker, summary)  # summary.json, last
     return summary
 

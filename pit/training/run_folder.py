@@ -36,6 +36,7 @@ import torch
 
 from pit.errors import PitError
 from pit.io import atomic_path, json_text, read_jsonl, remove_stale_temporaries, write_json, write_text
+from pit.tracking.provenance import with_source_tags
 from pit.tracking.tracker import Tracker
 
 log = logging.getLogger("pit.training")
@@ -191,16 +192,22 @@ class RunFolder:
         record = read_record(self.path / "run.json")
         return record.get("mlflow_run_id") if record.get("fingerprint") == self.fingerprint else None
 
-    def start_tracking(self, mlflow: dict, run_name: str, tags: dict, params: dict, run_id: str | None) -> Tracker:
+    def start_tracking(
+        self, mlflow: dict, run_name: str, tags: dict, params: dict, run_id: str | None, metric_keys: dict
+    ) -> Tracker:
         """The run's MLflow run: `run_id` (the checkpoint's), else the one an earlier attempt recorded in run.json,
-        else a new one. run.json (settings, fingerprint, run id) is written the moment the run id is known, so a
-        kill at any later point resumes the same MLflow run; params already logged are kept."""
+        else a new one. run.json (settings, fingerprint, tags with the git commit, run id, and `metric_keys`: which
+        keys of which record file the run logs as metrics, what `pit mlflow sync` replays) is written the moment
+        the run id is known, so a kill at any later point resumes the same MLflow run; params already logged are
+        kept."""
         experiment = mlflow.get("experiment", "pit")
+        tags = with_source_tags(tags)
         record = {
             "run_name": run_name,
             "experiment": experiment,
             "tags": tags,
             "params": params,
+            "metric_keys": {name: list(keys) for name, keys in metric_keys.items()},
             "fingerprint": self.fingerprint,
         }
         tracker = Tracker(

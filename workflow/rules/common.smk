@@ -555,6 +555,9 @@ def evaluate_spec(run, task):
             run_name=run_name(run, f"eval-{task}-"),
             experiment=mlflow["experiment"],
             tracking_uri=mlflow["tracking_uri"],
+            tags=seed_settings(
+                run, {"mode": run[0], "slot": run[1], "interface": run[2], "task": task, "profile": PROFILE}
+            )["tags"],
         )
     return spec
 

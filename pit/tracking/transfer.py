@@ -1,0 +1,155 @@
+"""Runs that travel with the results: an MLflow store's runs as a plain file, and back into another store.
+
+`mlflow.db` stays on the machine that ran the pipeline (it is not a DVC output: every job writes to it).
+The report stage writes `results/mlflow/runs.jsonl`, a DVC output: one JSON object per run with its
+experiment, name, status, start and end times, tags, params and full metric histories (step, timestamp,
+value). After `dvc pull`, `pit mlflow sync results/mlflow` recreates those runs in the local store (or
+any `--tracking-uri`), so `pit runs` and `mlflow ui` show them. Artifacts are not copied: the files they
+are (run.json, metrics.jsonl, summary.json, tables, REPORT.md) are in the results tree itself.
+
+Each imported run carries the tag `pit.imported_from` (its run id in the exporting store); importing the
+same file again adds nothing, and neither does importing it into the store it came from.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pit.errors import PitError
+from pit.io import read_jsonl, write_text
+from pit.tracking.run_table import check_store, local_store
+from pit.tracking.tracker import UI_QUERY, experiment_id, store_lock, tracking_uri
+
+EXPORT_FILE = "runs.jsonl"
+IMPORTED_FROM = "pit.imported_from"
+
+
+def _run_record(client, exp, run) -> dict:
+    """One run as a JSON-ready dict (tags, params, every metric's whole history)."""
+    info, data = run.info, run.data
+    history = {
+        key: [[m.step, m.timestamp, m.value] for m in client.get_metric_history(info.run_id, key)]
+        for key in sorted(data.metrics)
+    }
+    return {
+        "experiment": exp.name,
+        "experiment_tags": dict(exp.tags),
+        "run_id": info.run_id,
+        "run_name": info.run_name,
+        "status": info.status,
+        "start_time": info.start_time,
+        "end_time": info.end_time,
+        "tags": dict(data.tags),
+        "params": dict(data.params),
+        "metrics": history,
+    }
+
+
+def export_runs(out: str | Path, experiment: str, uri: str | None = None) -> int:
+    """Write every run of `experiment` in the store `uri` to `out` (JSON lines, oldest first); the number of runs.
+    A store that does not exist or lacks the experiment gives an empty file (nothing was tracked)."""
+    import mlflow
+
+    uri = tracking_uri(uri)
+    lines, exp = [], None
+    local = local_store(uri)
+    if local is None or local.exists():  # a local store that was never created: nothing was tracked
+        check_store(uri)
+        client = mlflow.MlflowClient(tracking_uri=uri)
+        exp = client.get_experiment_by_name(experiment)
+    if exp is not None:
+        runs = client.search_runs([exp.experiment_id], max_results=50000, order_by=["attributes.start_time ASC"])
+        lines = [json.dumps(_run_record(client, exp, run), sort_keys=True) + "\n" for run in runs]
+    write_text(out, "".join(lines))
+    return len(lines)
+
+
+def export_file(path: str | Path) -> Path | None:
+    """The export file that `path` names (the file itself, or a folder holding runs.jsonl); None otherwise."""
+    path = Path(path)
+    if path.is_dir() and (path / EXPORT_FILE).is_file():
+        return path / EXPORT_FILE
+    return path if path.is_file() and path.name.endswith(".jsonl") else None
+
+
+def _present(client, exp_id: str, record: dict) -> bool:
+    """Whether the store already holds this run: itself (same run id) or an earlier import of it."""
+    try:
+        client.get_run(record["run_id"])
+        return True
+    except Exception:  # noqa: BLE001 -- not in this store
+        pass
+    found = client.search_runs([exp_id], filter_string=f"tags.`{IMPORTED_FROM}` = '{record['run_id']}'")
+    return bool(found)
+
+
+def _import_run(client, record: dict) -> str | None:
+    """Recreate one exported run (times, tags, params, metric histories, status); None when already present."""
+    from mlflow.entities import Metric, Param
+
+    exp_id = experiment_id(client, record["experiment"])
+    if _present(client, exp_id, record):
+        return None
+    tags = {k: v for k, v in record["tags"].items() if k != "mlflow.runName"}
+    tags[IMPORTED_FROM] = record["run_id"]
+    run = client.create_run(exp_id, start_time=record["start_time"], tags=tags, run_name=record["run_name"])
+    run_id = run.info.run_id
+    params = [Param(k, v) for k, v in record["params"].items()]
+    metrics = [Metric(k, v, ts, step) for k, points in record["metrics"].items() for step, ts, v in points]
+    for i in range(0, len(params), 100):
+        client.log_batch(run_id, params=params[i : i + 100])
+    for i in range(0, len(metrics), 1000):
+        client.log_batch(run_id, metrics=metrics[i : i + 1000])
+    if record["status"] != "RUNNING":
+        client.set_terminated(run_id, status=record["status"], end_time=record["end_time"])
+    return run_id
+
+
+def import_runs(path: str | Path, uri: str | None = None) -> tuple[int, int]:
+    """Recreate the runs of an export (`export_runs`) in the store `uri` (created when missing);
+    (runs imported, runs already there)."""
+    import mlflow
+
+    source = export_file(path)
+    if source is None:
+        raise PitError(f"{str(path)!r} is not an MLflow export: expected {EXPORT_FILE} or a folder holding it")
+    try:
+        records = read_jsonl(source)
+    except ValueError as err:
+        raise PitError(f"{str(source)!r} is not a run export (one JSON object per line): {err}") from None
+    fields = ("experiment", "run_id", "run_name", "status", "start_time", "end_time", "tags", "params", "metrics")
+    for i, record in enumerate(records, 1):
+        missing = [f for f in fields if not isinstance(record, dict) or f not in record]
+        if missing:
+            raise PitError(f"{str(source)!r} line {i}: not an exported run (missing {', '.join(missing)})")
+    uri = tracking_uri(uri)
+    imported = present = 0
+    with store_lock(uri):
+        client = mlflow.MlflowClient(tracking_uri=uri)
+        for record in records:
+            if _import_run(client, record) is None:
+                present += 1
+            else:
+                imported += 1
+    return imported, present
+
+
+def ui_urls(uri: str | None, base: str, experiments: list[str] | None = None) -> list[tuple[str, str]]:
+    """(experiment, URL) of each experiment's runs table in the MLflow UI at `base` (all experiments by default);
+    the URL selects the UI's "Model training" view (`UI_QUERY`), where MLflow 3 otherwise opens its GenAI one."""
+    import mlflow
+
+    uri = tracking_uri(uri)
+    check_store(uri)
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    found = client.search_experiments()
+    if experiments:
+        missing = sorted(set(experiments) - {e.name for e in found})
+        if missing:
+            known = ", ".join(sorted(e.name for e in found)) or "none"
+            raise PitError(f"no experiment {missing[0]!r} in the MLflow store {uri!r} (experiments: {known})")
+        found = [e for e in found if e.name in experiments]
+    return [
+        (e.name, f"{base}/#/experiments/{e.experiment_id}/runs?{UI_QUERY}") for e in sorted(found, key=lambda e: e.name)
+    ]
