@@ -12,6 +12,7 @@ import logging
 from pit.commands.common import add_run_arguments
 from pit.commands.train import run_training
 from pit.io import atomic_path
+from pit.models.checkpoint import write_model_card
 from pit.training import lora
 from pit.training.args import LoraArgs
 
@@ -28,6 +29,7 @@ def run_merge(args: argparse.Namespace) -> int:
     merged = lora.merge_adapter(args.base, args.adapter)
     with atomic_path(args.out) as tmp:
         merged.save_pretrained(tmp, safe_serialization=True)
+        write_model_card(merged, tmp)
         try:
             AutoTokenizer.from_pretrained(args.base).save_pretrained(tmp)
         except (OSError, ValueError):
