@@ -174,7 +174,7 @@ SWEEP = {
     ],
     "generate": [
         (["{T}/none", "--prompt", "x"], "'{T}/none' does not exist"),
-        (["{T}", "--prompt", "x"], "no tokenizer in '{T}'"),
+        (["{T}", "--prompt", "x"], "no config.json"),
         (["{T}/none", "--prompt", "x", "--max-new-tokens", "0"], "--max-new-tokens 0"),
         (["{T}/none", "--prompt", "x", "--temperature", "-1"], "--temperature -1.0"),
         (["{T}/none", "--prompt", "x", "--top-p", "1.5"], "--top-p 1.5"),
