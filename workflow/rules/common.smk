@@ -46,6 +46,20 @@ check_checkout()
 job_environment()
 
 
+def check_working_directory():
+    """Refuse (one line) a run whose working directory is inside workflow/ (e.g. `cd workflow && snakemake -s
+    Snakefile`): Snakemake would plan every path relative to it and leave workflow/.snakemake/ behind."""
+    cwd, inside = Path.cwd().resolve(), Path(workflow.basedir).resolve()
+    if cwd == inside or inside in cwd.parents:
+        raise WorkflowError(
+            f"the working directory {cwd} is inside the workflow folder {inside}; run snakemake from the "
+            f"checkout root ({inside.parent}), or pass --directory FOLDER"
+        )
+
+
+check_working_directory()
+
+
 def config_files():
     """The config files this run read: the --configfile files, else the embedded default profile."""
     return [Path(f) for f in workflow.overwrite_configfiles] or [DEFAULT_CONFIG_FILE]
