@@ -35,6 +35,32 @@ def load(checkpoint: str | Path, tokenizer: str | Path | None = None, device: st
     return model, tok
 
 
+def stop_on_text(tokenizer, stops, start: int):
+    """The hand-written stopping criterion: a row is done once its decoded NEW tokens (after position `start`)
+    contain a stop sequence (every step decodes every row's new tokens)."""
+    import torch
+    from transformers import StoppingCriteria
+
+    class StopOnText(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            texts = tokenizer.batch_decode(input_ids[:, start:], skip_special_tokens=True)
+            return torch.tensor([any(s in t for s in stops) for t in texts], device=input_ids.device)
+
+    return StopOnText()
+
+
+def stopping(tokenizer, stops, start: int, how: str = "stop_strings") -> dict:
+    """The `generate` keyword arguments that stop a row at a stop sequence: transformers' `stop_strings`
+    (StopStringCriteria: token-level matching, no decoding per step) or "text" (`stop_on_text`)."""
+    from transformers import StoppingCriteriaList
+
+    if not stops:
+        return {}
+    if how == "text":
+        return {"stopping_criteria": StoppingCriteriaList([stop_on_text(tokenizer, stops, start)])}
+    return {"stop_strings": list(stops), "tokenizer": tokenizer}
+
+
 def generate(
     model,
     tokenizer,
@@ -47,11 +73,11 @@ def generate(
     top_k: int | None = None,
     top_p: float | None = None,
     progress: bool = True,
+    stop_with: str = "stop_strings",
 ) -> list[str]:
-    """One completion per prompt, in prompt order."""
+    """One completion per prompt, in prompt order; `stop_with` picks the stopping (`stopping`)."""
     import torch
     from tqdm import tqdm
-    from transformers import StoppingCriteria, StoppingCriteriaList
 
     tokenizer.padding_side = tokenizer.truncation_side = "left"
     if tokenizer.pad_token is None:
@@ -59,17 +85,6 @@ def generate(
     context = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
     max_prompt = max(1, context - max_new_tokens) if context else None
     device = next(model.parameters()).device
-
-    class StopOnText(StoppingCriteria):
-        """Per row: done once the decoded new tokens contain a stop sequence."""
-
-        def __init__(self, start: int):
-            self.start = start
-
-        def __call__(self, input_ids, scores, **kwargs):
-            texts = tokenizer.batch_decode(input_ids[:, self.start :], skip_special_tokens=True)
-            return torch.tensor([any(s in t for s in stops) for t in texts], device=input_ids.device)
-
     sampling = (
         dict(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p)
         if temperature > 0
@@ -93,7 +108,7 @@ def generate(
                 pad_token_id=tokenizer.pad_token_id,
                 eos_token_id=tokenizer.eos_token_id,
                 use_cache=True,
-                stopping_criteria=StoppingCriteriaList([StopOnText(start)] if stops else []),
+                **stopping(tokenizer, stops, start, stop_with),
                 **sampling,
             )
         texts = tokenizer.batch_decode(out[:, start:], skip_special_tokens=True)
