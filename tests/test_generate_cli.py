@@ -97,3 +97,18 @@ def test_model_card_says_what_to_import(checkpoint):
     assert proc.returncode != 0 and "pit_" in proc.stderr
     fixed = f"import pit.models; {code}"
     assert subprocess.run([sys.executable, "-c", fixed], capture_output=True, text=True).returncode == 0
+
+
+def test_stop_strings_give_the_completions_of_the_text_criterion(checkpoint):
+    """transformers' StopStringCriteria (used) and the hand-written decode-every-step criterion (kept for the
+    comparison in benchmarks/bench_stop_strings.py) end rows at the same text; frequent stops make both stop."""
+    from pit.evaluation.generate import generate, load
+
+    model, tok = load(checkpoint)
+    prompts = [f"{p} {i}" for i in range(6) for p in PROMPTS]
+    kw = dict(stops=["e", "\n"], max_new_tokens=24, batch_size=4, progress=False)
+    ours, theirs = (generate(model, tok, prompts, stop_with=how, **kw) for how in ("text", "stop_strings"))
+    assert ours == theirs
+    assert all("e" not in c and "\n" not in c for c in ours)
+    full = generate(model, tok, prompts, max_new_tokens=24, batch_size=4, progress=False)
+    assert sum(len(c) < len(f) for c, f in zip(ours, full)) >= len(prompts) // 2  # most rows stopped early

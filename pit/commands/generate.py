@@ -51,12 +51,15 @@ def check_decoding(args: argparse.Namespace) -> None:
 
 def load_for_decoding(args: argparse.Namespace):
     """(model, tokenizer) of the checked arguments, on the chosen device."""
+    from transformers.utils import logging as hf_logging
+
     from pit.evaluation.generate import load
     from pit.models.checkpoint import read_config
     from pit.training.runtime import resolve_device
 
     check_decoding(args)
     resolve_device(args.device)
+    hf_logging.disable_progress_bar()  # stdout and stderr hold the text and the errors, no loading bars
     read_config(args.checkpoint)  # a missing or foreign folder is named before its tokenizer is looked for
     return load(args.checkpoint, args.tokenizer, device=args.device)
 

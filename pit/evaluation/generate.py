@@ -49,16 +49,19 @@ def stop_on_text(tokenizer, stops, start: int):
     return StopOnText()
 
 
-def stopping(tokenizer, stops, start: int, how: str = "stop_strings") -> dict:
-    """The `generate` keyword arguments that stop a row at a stop sequence: transformers' `stop_strings`
-    (StopStringCriteria: token-level matching, no decoding per step) or "text" (`stop_on_text`)."""
+def stop_criteria(tokenizer, stops, how: str = "stop_strings"):
+    """A function of a batch's prompt length -> the StoppingCriteriaList that ends a row at a stop sequence:
+    transformers' StopStringCriteria (the `stop_strings=` of `generate`: token-level matching, no decoding per
+    step; made once per call, since making one scans the whole vocabulary) or "text" (`stop_on_text`)."""
     from transformers import StoppingCriteriaList
+    from transformers.generation.stopping_criteria import StopStringCriteria
 
     if not stops:
-        return {}
+        return lambda start: StoppingCriteriaList([])
     if how == "text":
-        return {"stopping_criteria": StoppingCriteriaList([stop_on_text(tokenizer, stops, start)])}
-    return {"stop_strings": list(stops), "tokenizer": tokenizer}
+        return lambda start: StoppingCriteriaList([stop_on_text(tokenizer, stops, start)])
+    built = StopStringCriteria(tokenizer, list(stops))
+    return lambda start: StoppingCriteriaList([built])
 
 
 def generate(
@@ -75,7 +78,7 @@ def generate(
     progress: bool = True,
     stop_with: str = "stop_strings",
 ) -> list[str]:
-    """One completion per prompt, in prompt order; `stop_with` picks the stopping (`stopping`)."""
+    """One completion per prompt, in prompt order; `stop_with` picks the stopping (`stop_criteria`)."""
     import torch
     from tqdm import tqdm
 
@@ -90,6 +93,7 @@ def generate(
         if temperature > 0
         else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
     )
+    criteria = stop_criteria(tokenizer, stops, stop_with)
     completions = []
     for b in tqdm(range(0, len(prompts), batch_size), desc="generate", disable=not progress):
         batch = tokenizer(
@@ -108,7 +112,7 @@ def generate(
                 pad_token_id=tokenizer.pad_token_id,
                 eos_token_id=tokenizer.eos_token_id,
                 use_cache=True,
-                **stopping(tokenizer, stops, start, stop_with),
+                stopping_criteria=criteria(start),
                 **sampling,
             )
         texts = tokenizer.batch_decode(out[:, start:], skip_special_tokens=True)
