@@ -106,9 +106,9 @@ def test_stop_strings_give_the_completions_of_the_text_criterion(checkpoint):
 
     model, tok = load(checkpoint)
     prompts = [f"{p} {i}" for i in range(6) for p in PROMPTS]
-    kw = dict(stops=["e", "\n"], max_new_tokens=24, batch_size=4, progress=False)
+    kw = dict(stops=["e", " ", "\n"], max_new_tokens=24, batch_size=4, progress=False)
     ours, theirs = (generate(model, tok, prompts, stop_with=how, **kw) for how in ("text", "stop_strings"))
     assert ours == theirs
-    assert all("e" not in c and "\n" not in c for c in ours)
+    assert all(not any(s in c for s in kw["stops"]) for c in ours)
     full = generate(model, tok, prompts, max_new_tokens=24, batch_size=4, progress=False)
-    assert sum(len(c) < len(f) for c, f in zip(ours, full)) >= len(prompts) // 2  # most rows stopped early
+    assert sum(len(c) < len(f) for c, f in zip(ours, full)) >= 3  # rows that stopped early
