@@ -73,8 +73,27 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """The rows of a JSON Lines file (blank lines skipped), e.g. a run's metrics.jsonl."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """The rows of a JSON Lines file (blank lines skipped), e.g. a run's metrics.jsonl; a missing or unreadable
+    file, or a line that is not JSON, is one PitError naming the file (and the line), as `read_json` does."""
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise PitError(f"{str(path)!r} does not exist; expected a JSON Lines file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise PitError(f"{str(path)!r} cannot be read ({err}); expected a JSON Lines file") from None
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise PitError(
+                f"{str(path)!r} line {n} is not valid JSON ({err}); expected one JSON value per line "
+                "(a half-written or damaged file?)"
+            ) from None
+    return rows
 
 
 # .NAME.PID-XXXXXXXX.tmp (this module), .NAME.XXXXXXXX.tmp (older versions), .NAME.old.tmp (a replaced folder)
@@ -147,8 +166,10 @@ def read_json(path):
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise PitError(f"{str(path)!r} does not exist") from None
+        raise PitError(f"{str(path)!r} does not exist; expected a JSON file") from None
     except (OSError, UnicodeDecodeError) as err:
-        raise PitError(f"{str(path)!r} cannot be read: {err}") from None
+        raise PitError(f"{str(path)!r} cannot be read ({err}); expected a JSON file") from None
     except json.JSONDecodeError as err:
-        raise PitError(f"{str(path)!r} is not valid JSON ({err}): a half-written or damaged file?") from None
+        raise PitError(
+            f"{str(path)!r} is not valid JSON ({err}); expected one JSON value (a half-written or damaged file?)"
+        ) from None

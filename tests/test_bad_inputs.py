@@ -385,7 +385,8 @@ def test_table_on_a_half_written_summary_names_the_file(tmp_path, capsys):
         (
             lambda c: c["posttrain"]["lora"].update(warmup_steps=8),
             "posttrain.lora.warmup_steps",
-            "lora config: warmup_steps 8; expected 0 <= warmup < max_steps = 8",
+            "lora config: warmup_steps 8; expected 0 <= warmup < max_steps = 8 (set warmup_steps below max_steps, "
+            "e.g. 0, or leave it out: the default is min(10, max_steps // 10))",
         ),
     ],
 )

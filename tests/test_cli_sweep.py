@@ -173,6 +173,20 @@ SWEEP = {
         (["{T}/none", "{T}/out"], "'{T}/none' does not exist"),
         (["{T}", "{T}/out"], "no config.json"),
     ],
+    "generate": [
+        (["{T}/none", "--prompt", "x"], "'{T}/none' does not exist"),
+        (["{T}", "--prompt", "x"], "no config.json"),
+        (["{T}/none", "--prompt", "x", "--max-new-tokens", "0"], "--max-new-tokens 0"),
+        (["{T}/none", "--prompt", "x", "--temperature", "-1"], "--temperature -1.0"),
+        (["{T}/none", "--prompt", "x", "--top-p", "1.5"], "--top-p 1.5"),
+        (["{T}/none", "--prompt", ""], "--prompt ''"),
+        (["{T}/none"], "--prompt"),
+    ],
+    "chat": [
+        (["{T}/none"], "'{T}/none' does not exist"),
+        (["{T}/none", "--top-k", "0"], "--top-k 0"),
+        (["{T}/none", "--seed", "x"], "--seed"),
+    ],
     "bench": [
         (["--threads", "0"], "--threads 0"),
         (["--size", "huge"], "size 'huge'"),

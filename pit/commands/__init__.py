@@ -28,6 +28,8 @@ COMMANDS = {
     "figure": ("pit.commands.figure", "draw one of the paper's figures (PNG)"),
     "report": ("pit.commands.report", "write results/REPORT.md from the tables and figures"),
     "arch": ("pit.commands.arch", "Table 3: architectures and parameter counts"),
+    "generate": ("pit.commands.generate", "continue prompts with a checkpoint (greedy, or seeded sampling)"),
+    "chat": ("pit.commands.chat", "interactive generation: one prompt per stdin line until EOF"),
     "export": ("pit.commands.export", "write a plain untied transformers model with the same logits"),
     "bench": ("pit.commands.bench", "training throughput, MFU and memory on this machine"),
     "mlflow": ("pit.commands.mlflow", "MLflow utilities (sync run folders to a store, log the summary run)"),

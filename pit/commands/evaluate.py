@@ -2,6 +2,7 @@
 
     pit evaluate humaneval --samples samples.jsonl --json
     pit evaluate gsm8k --model runs/x/final --out results/x/gsm8k.json --limit 100
+    pit evaluate gsm8k --model runs/x/final --limit 20    (prints the scores, writes no file)
     pit evaluate mbpp humaneval --model runs/x/final --out-dir results/x/eval    (one model load)
     pit evaluate mbpp humaneval --model A --out-dir evalA --model B --out-dir evalB --spec '{"workers": 4}'
 
@@ -67,10 +68,10 @@ def check_args(args) -> None:
     if args.model is not None:
         if args.out is not None and (args.out_dir or len(args.model) != 1):
             raise PitError("--out FILE takes one --model and no --out-dir")
-        if args.out is None and len(args.out_dir or []) != len(args.model):
+        if args.out_dir and len(args.out_dir) != len(args.model):
             raise PitError(
-                f"{len(args.model)} --model and {len(args.out_dir or [])} --out-dir: give one --out-dir "
-                "per --model (DIR/<task>.json per task), or --out FILE for one model and one task"
+                f"{len(args.model)} --model and {len(args.out_dir)} --out-dir: give one --out-dir per --model "
+                "(DIR/<task>.json per task), --out FILE for one model and one task, or neither (print only)"
             )
         if args.label and len(args.label) != len(args.model):
             raise PitError(f"{len(args.label)} --label for {len(args.model)} --model; expected one per model")
@@ -107,12 +108,25 @@ def check_bounds(args) -> None:
             raise PitError(f"--{key.replace('_', '-')} {value}: expected a finite number {want}")
 
 
+def announce_standins(tasks, command: str) -> None:
+    """One stderr line per task that runs on offline stand-in data (pit/evaluation/standins.py)."""
+    for task in tasks:
+        if task.standin:
+            print(
+                f"{command}: {task.name}: using offline STAND-IN data (seeded records with the real data set's "
+                "fields; --source offline, the default, reads no hub data): the scores exercise the pipeline, "
+                "they are not the paper's",
+                file=sys.stderr,
+            )
+
+
 def run(args) -> int:
     merge_spec(args, read_spec(args.spec), {**{key: default for key, (_, default, _) in SETTINGS.items()}, "tags": {}})
     check_types(args)
     check_args(args)
     resolve_device(args.device)  # a device this machine has, before any model loads
     tasks = ev.load_tasks(args.tasks, args.source, args.limit)  # data errors before the model loads
+    announce_standins(tasks.values(), "pit evaluate")
     limits = Limits(timeout=args.timeout, memory_mb=args.memory_mb)
     progress = not args.json and sys.stderr.isatty()
     if args.samples is not None:
@@ -156,7 +170,11 @@ def register(subparsers) -> None:
     p.add_argument("tasks", nargs="+", metavar="TASK", help=f"one or more of {', '.join(TASKS)}")
     p.add_argument("--samples", help="score this JSONL file of {task_id, completion}")
     p.add_argument("--model", action="append", help="generate with this checkpoint folder, then score (repeatable)")
-    p.add_argument("--out", help="result JSON to write (with --model, one task); samples go to OUT.samples.jsonl")
+    p.add_argument(
+        "--out",
+        help="result JSON to write (with --model, one task); samples go to OUT.samples.jsonl. With --model and "
+        "neither --out nor --out-dir the scores are printed and no file is written",
+    )
     p.add_argument(
         "--out-dir",
         action="append",

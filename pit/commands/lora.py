@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
-from pit.commands.common import add_run_arguments
+from pit.commands.common import add_run_arguments, run_spec
 from pit.commands.train import run_training
 from pit.io import atomic_path
+from pit.models.checkpoint import write_model_card
 from pit.training import lora
 from pit.training.args import LoraArgs
 
@@ -19,6 +21,13 @@ log = logging.getLogger("pit.lora")
 
 
 def run_train(args: argparse.Namespace) -> int:
+    settings = LoraArgs.from_dict(run_spec(args))  # bad settings are one error line, before the notice below
+    if settings.source == "offline":  # MBPP / GSM8K offline = the seeded stand-ins (pit/evaluation/standins.py)
+        print(
+            f"pit lora train: task {settings.task}: training on offline STAND-IN data (seeded records with the "
+            "real data set's fields; source 'offline', the default, reads no hub data): not the paper's training set",
+            file=sys.stderr,
+        )
     return run_training(args, LoraArgs, lora.train_lora, lora.summary_line)
 
 
@@ -28,6 +37,7 @@ def run_merge(args: argparse.Namespace) -> int:
     merged = lora.merge_adapter(args.base, args.adapter)
     with atomic_path(args.out) as tmp:
         merged.save_pretrained(tmp, safe_serialization=True)
+        write_model_card(merged, tmp)
         try:
             AutoTokenizer.from_pretrained(args.base).save_pretrained(tmp)
         except (OSError, ValueError):

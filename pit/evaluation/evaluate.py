@@ -102,9 +102,12 @@ def score_samples(
 def output_paths(
     tasks: list[str], n_models: int, out: str | Path | None = None, out_dirs: list[str] | None = None
 ) -> list[dict[str, Path]]:
-    """Per model, {task: result JSON path}: `out` (one model, one task) or `<out_dirs[i]>/<task>.json`."""
+    """Per model, {task: result JSON path}: `out` (one model, one task) or `<out_dirs[i]>/<task>.json`; None
+    for every task when neither is given (the scores are printed, no file is written)."""
     if out is not None:
         return [{tasks[0]: Path(out)}]
+    if not out_dirs:
+        return [dict.fromkeys(tasks) for _ in range(n_models)]
     return [{name: Path(out_dirs[i]) / f"{name}.json" for name in tasks} for i in range(n_models)]
 
 
@@ -112,7 +115,7 @@ def evaluate_task(
     model,
     tokenizer,
     task: Task,
-    out: Path,
+    out: Path | None,
     *,
     sampling: Sampling = Sampling(),
     limits: Limits = Limits(),
@@ -122,16 +125,19 @@ def evaluate_task(
     checkpoint: str | Path = "",
 ) -> dict:
     """Generate one completion per problem, write them to `<out>.samples.jsonl`, score, add the reference
-    solutions' NLL on the same problems (pit.evaluation.likelihood), write the result to `out`."""
+    solutions' NLL on the same problems (pit.evaluation.likelihood), write the result to `out` (no file when
+    `out` is None)."""
     ids = list(task.records)
     prompts = [task.prompt(t) for t in ids]
     completions = generate(model, tokenizer, prompts, stops=task.spec.stops, **asdict(sampling))
     samples = dict(zip(ids, completions))
-    write_samples(out.with_suffix(".samples.jsonl"), samples)
+    if out is not None:
+        write_samples(out.with_suffix(".samples.jsonl"), samples)
     result = score(task, samples, limits, workers=workers, progress=progress)
     result.update(source=source, model=str(checkpoint))
     result.update(reference_nll(model, tokenizer, prompts, [task.solution(t) for t in ids], sampling.batch_size))
-    write_json(out, result)
+    if out is not None:
+        write_json(out, result)
     return result
 
 
@@ -177,14 +183,15 @@ def start_tracker(
     return tracker
 
 
-def log_result(tracker, label: str, name: str, result: dict, out: Path) -> None:
+def log_result(tracker, label: str, name: str, result: dict, out: Path | None) -> None:
     """Metrics `<label>/<task>/pass_at_1` (or `.../accuracy`) and `<label>/<task>/nll` (when some reference
     token was scored) at step 0, and the result file as an artifact."""
     row = {f"{label}/{name}/{metric_name(result).replace('@', '_at_')}": result[metric_name(result)]}
     if result.get("nll") is not None:
         row[f"{label}/{name}/nll"] = result["nll"]
     tracker.log_metrics([{"step": 0, **row}], tuple(row))
-    tracker.log_artifact(out)
+    if out is not None:
+        tracker.log_artifact(out)
 
 
 def evaluate_models(

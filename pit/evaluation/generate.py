@@ -35,6 +35,35 @@ def load(checkpoint: str | Path, tokenizer: str | Path | None = None, device: st
     return model, tok
 
 
+def stop_on_text(tokenizer, stops, start: int):
+    """The hand-written stopping criterion: a row is done once its decoded NEW tokens (after position `start`)
+    contain a stop sequence (every step decodes every row's new tokens)."""
+    import torch
+    from transformers import StoppingCriteria
+
+    class StopOnText(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            texts = tokenizer.batch_decode(input_ids[:, start:], skip_special_tokens=True)
+            return torch.tensor([any(s in t for s in stops) for t in texts], device=input_ids.device)
+
+    return StopOnText()
+
+
+def stop_criteria(tokenizer, stops, how: str = "text"):
+    """A function of a batch's prompt length -> the StoppingCriteriaList that ends a row at a stop sequence:
+    transformers' StopStringCriteria (the `stop_strings=` of `generate`: token-level matching, no decoding per
+    step; made once per call, since making one scans the whole vocabulary) or "text" (`stop_on_text`)."""
+    from transformers import StoppingCriteriaList
+    from transformers.generation.stopping_criteria import StopStringCriteria
+
+    if not stops:
+        return lambda start: StoppingCriteriaList([])
+    if how == "text":
+        return lambda start: StoppingCriteriaList([stop_on_text(tokenizer, stops, start)])
+    built = StopStringCriteria(tokenizer, list(stops))
+    return lambda start: StoppingCriteriaList([built])
+
+
 def generate(
     model,
     tokenizer,
@@ -47,11 +76,13 @@ def generate(
     top_k: int | None = None,
     top_p: float | None = None,
     progress: bool = True,
+    stop_with: str = "text",
 ) -> list[str]:
-    """One completion per prompt, in prompt order."""
+    """One completion per prompt, in prompt order; `stop_with` picks the stopping (`stop_criteria`). The default
+    is ours ("text"): transformers' `stop_strings` gives the same completions on the evaluation problems and was
+    slower here (it scans the vocabulary to set up, then does more work per step; benchmarks/RESULTS.md)."""
     import torch
     from tqdm import tqdm
-    from transformers import StoppingCriteria, StoppingCriteriaList
 
     tokenizer.padding_side = tokenizer.truncation_side = "left"
     if tokenizer.pad_token is None:
@@ -59,22 +90,12 @@ def generate(
     context = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
     max_prompt = max(1, context - max_new_tokens) if context else None
     device = next(model.parameters()).device
-
-    class StopOnText(StoppingCriteria):
-        """Per row: done once the decoded new tokens contain a stop sequence."""
-
-        def __init__(self, start: int):
-            self.start = start
-
-        def __call__(self, input_ids, scores, **kwargs):
-            texts = tokenizer.batch_decode(input_ids[:, self.start :], skip_special_tokens=True)
-            return torch.tensor([any(s in t for s in stops) for t in texts], device=input_ids.device)
-
     sampling = (
         dict(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p)
         if temperature > 0
         else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
     )
+    criteria = stop_criteria(tokenizer, stops, stop_with)
     completions = []
     for b in tqdm(range(0, len(prompts), batch_size), desc="generate", disable=not progress):
         batch = tokenizer(
@@ -93,7 +114,7 @@ def generate(
                 pad_token_id=tokenizer.pad_token_id,
                 eos_token_id=tokenizer.eos_token_id,
                 use_cache=True,
-                stopping_criteria=StoppingCriteriaList([StopOnText(start)] if stops else []),
+                stopping_criteria=criteria(start),
                 **sampling,
             )
         texts = tokenizer.batch_decode(out[:, start:], skip_special_tokens=True)

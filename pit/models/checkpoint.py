@@ -104,9 +104,45 @@ def check_tokenizer(model: PreTrainedModel, tokenizer, where: str | Path, checkp
             )
 
 
+# The model card of a project checkpoint: `transformers` alone does not know these model types (docs/models.md).
+MODEL_CARD = """# {model_type} checkpoint of pit-repro ({interface} interface)
+
+`transformers` alone cannot load this folder: `model_type` {model_type!r} is registered by the `pit` package
+(pit-repro), and `AutoModelForCausalLM.from_pretrained` without it fails with "does not recognize this
+architecture". Either
+
+- install pit-repro and import its models first:
+
+      import pit.models  # registers pit_scratch and pit_gpt2 with the Auto classes
+      from transformers import AutoModelForCausalLM
+      model = AutoModelForCausalLM.from_pretrained("THIS_FOLDER")
+
+- or export a plain untied `transformers` model with the same logits, which loads anywhere without `pit`:
+
+      pit export THIS_FOLDER EXPORTED_FOLDER    # {exported}
+
+Generate text with `pit generate THIS_FOLDER --prompt "..."` (or `pit chat THIS_FOLDER`).
+"""
+
+EXPORTED_CLASS = {"pit_scratch": "CohereForCausalLM", "pit_gpt2": "GPT2LMHeadModel"}
+
+
+def write_model_card(model: PreTrainedModel, folder: str | Path) -> None:
+    """README.md of a project checkpoint (pit_scratch, pit_gpt2): what to import, or `pit export`. Plain
+    transformers models (an export, a stock GPT-2) get none: they load without this package."""
+    model_type = model.config.model_type
+    if model_type not in EXPORTED_CLASS:
+        return
+    interface = getattr(getattr(model, "interface", None), "kind", None) or "no"
+    card = MODEL_CARD.format(model_type=model_type, interface=interface, exported=EXPORTED_CLASS[model_type])
+    (Path(folder) / "README.md").write_text(card)
+
+
 def save_pretrained_atomic(model: PreTrainedModel, path: str | Path, tokenizer=None) -> None:
-    """`save_pretrained` (safetensors) into a temporary folder, then rename: never a half-written checkpoint."""
+    """`save_pretrained` (safetensors) and the model card into a temporary folder, then rename: never a
+    half-written checkpoint."""
     with atomic_path(path) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
+        write_model_card(model, tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)

@@ -120,6 +120,15 @@ def check_field(label: str, cls, f: dataclasses.Field, value) -> None:
         raise ArgsError(f"{label}: {f.name} {shown}; expected {bounds_text(meta, kind)}", (f.name,))
 
 
+WARMUP_CAP = 10  # the default warmup, in steps, of runs of 100 steps or more
+
+
+def default_warmup(max_steps: int) -> int:
+    """The warmup of a spec that leaves `warmup_steps` out: 10% of the run, at most WARMUP_CAP steps (always
+    < max_steps, so a short run such as `max_steps: 5` needs no warmup setting)."""
+    return min(WARMUP_CAP, max_steps // 10)
+
+
 @dataclass(kw_only=True)
 class RunArgs:
     """What every training run shares (pretraining and LoRA): the optimizer, the schedule, the runtime, the
@@ -134,7 +143,8 @@ class RunArgs:
     min_lr: float = arg(3e-4, ge=0)
     """Learning rate at `max_steps`; 0 <= min_lr <= lr."""
     warmup_steps: int = arg(10, ge=0)
-    """Steps of linear warmup; 0 <= warmup_steps < max_steps."""
+    """Steps of linear warmup; 0 <= warmup_steps < max_steps. A spec that leaves it out (`from_dict`) gets
+    `default_warmup(max_steps)` = min(10, max_steps // 10): 10 from 100 steps on, and a valid value for any run."""
     weight_decay: float = arg(0.1, ge=0)
     """AdamW decoupled weight decay (on the decayed parameter group only)."""
     beta1: float = arg(0.9, ge=0, lt=1)
@@ -178,7 +188,9 @@ class RunArgs:
             ),
             (
                 self.warmup_steps < self.max_steps,
-                f"warmup_steps {self.warmup_steps}; expected 0 <= warmup < max_steps = {self.max_steps}",
+                f"warmup_steps {self.warmup_steps}; expected 0 <= warmup < max_steps = {self.max_steps} (set "
+                f"warmup_steps below max_steps, e.g. {default_warmup(self.max_steps)}, or leave it out: the default is "
+                "min(10, max_steps // 10))",
                 ("warmup_steps", "max_steps"),
             ),
         ]
@@ -194,6 +206,9 @@ class RunArgs:
     def from_dict(cls, d: dict):
         if not isinstance(d, dict):
             raise PitError(f"{cls.label}: expected a JSON object of settings, got {type(d).__name__}")
+        steps = d.get("max_steps", cls.__dataclass_fields__["max_steps"].default)
+        if "warmup_steps" not in d and _type_ok(steps, int) and steps >= 1:
+            d = {**d, "warmup_steps": default_warmup(steps)}  # scales with the run; explicit values stay as given
         return config_from_dict(cls, d, cls.label)
 
     def fingerprint(self, **extra) -> str:

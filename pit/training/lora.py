@@ -40,7 +40,7 @@ from pit.data.reader import TokenFile
 from pit.errors import PitError
 from pit.evaluation.tasks import load_task
 from pit.io import atomic_path, sha256_file, write_json
-from pit.models.checkpoint import load_model
+from pit.models.checkpoint import load_model, save_pretrained_atomic
 from pit.tracking.tracker import FINAL_KEYS, Tracker
 from pit.training.args import LoraArgs
 from pit.training.objective import NextTokenLoss
@@ -396,9 +396,7 @@ def evaluate(run: LoraRun) -> dict:
     with atomic_path(path / "adapter") as tmp:
         save_adapter(run.model, args, tmp)
     merged = merged_model(run.model)
-    with atomic_path(path / "merged") as tmp:
-        merged.save_pretrained(tmp, safe_serialization=True)
-        run.tokenizer.save_pretrained(tmp)
+    save_pretrained_atomic(merged, path / "merged", run.tokenizer)  # with its model card
     rows = run.folder.metrics()
     summary = {
         "run_name": run.run_name,

@@ -42,7 +42,12 @@ def make_optimizer(model, args) -> torch.optim.Optimizer:
 
 def lr_lambda(args):
     """Linear warmup to lr, then cosine decay to min_lr at max_steps (as a factor of lr); `args` has
-    warmup_steps, max_steps, lr and min_lr (pit.training.args.RunArgs)."""
+    warmup_steps, max_steps, lr and min_lr (pit.training.args.RunArgs). Step s < W: (s + 1) / W; then
+    (min_lr + (lr - min_lr) (1 + cos(pi p)) / 2) / lr with p = (s - W) / (max_steps - W), clamped to 1.
+
+    Ours, not transformers' `get_cosine_with_min_lr_schedule_with_warmup`: its warmup is s / W (step 0 at lr 0),
+    so it differs by lr / W at every warmup step of the configured runs (tests/test_schedule.py); the decay is
+    the same."""
 
     def f(step: int) -> float:
         if step < args.warmup_steps:

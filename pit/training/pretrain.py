@@ -29,9 +29,10 @@ from pit.core.interfaces import InterfaceConfig
 from pit.core.linalg import cpu_threads
 from pit.data.reader import TokenFile
 from pit.errors import PitError
-from pit.io import atomic_path, sha256_file
+from pit.io import sha256_file
 from pit.models import build_model, convert_teacher, get_spec, load_teacher
 from pit.models.access import interface_of, model_consistency, model_delta_ti
+from pit.models.checkpoint import save_pretrained_atomic
 from pit.models.configs import TeacherSpec
 from pit.tracking.tracker import FINAL_KEYS, METRIC_KEYS
 from pit.training.args import PretrainArgs
@@ -375,10 +376,7 @@ def validate(run: Run, metrics: MetricsLog) -> dict:
         "final_loss_window": args.final_loss_window,
     }
     tokenizer = load_tokenizer(args.tokenizer)
-    with atomic_path(run.folder.path / "final") as tmp:
-        run.model.save_pretrained(tmp, safe_serialization=True)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
+    save_pretrained_atomic(run.model, run.folder.path / "final", tokenizer)  # with its model card
     metrics.upload()
     run.tracker.log_metrics([{"step": args.max_steps, **summary}], FINAL_KEYS)
     run.folder.finish(run.tracker, summary)  # summary.json, last

@@ -16,7 +16,7 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-CHECKOUT = Path(workflow.basedir).parent  # the clone this Snakefile belongs to
+CHECKOUT = Path(workflow.basedir).resolve().parent  # the clone this Snakefile belongs to
 DEFAULT_CONFIG_FILE = CHECKOUT / "config" / "config.yaml"
 
 
@@ -44,6 +44,20 @@ def job_environment():
 
 check_checkout()
 job_environment()
+
+
+def check_working_directory():
+    """Refuse (one line) a run whose working directory is inside workflow/ (e.g. `cd workflow && snakemake -s
+    Snakefile`): Snakemake would plan every path relative to it and leave workflow/.snakemake/ behind."""
+    cwd, inside = Path.cwd().resolve(), Path(workflow.basedir).resolve()
+    if cwd == inside or inside in cwd.parents:
+        raise WorkflowError(
+            f"the working directory {cwd} is inside the workflow folder {inside}; run snakemake from the "
+            f"checkout root ({inside.parent}), or pass --directory FOLDER"
+        )
+
+
+check_working_directory()
 
 
 def config_files():
