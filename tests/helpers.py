@@ -111,6 +111,26 @@ def reduced(config: dict) -> dict:
     return config
 
 
+def wait_for(check, timeout: float, what: str):
+    """Call `check` until it returns something true and return that; fail after `timeout` seconds naming `what`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def stop_group(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    """Stop the process group `proc` leads (started with start_new_session=True): SIGTERM, SIGKILL after `timeout`."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def run(cmd: list[str], cwd: Path, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
     if check and proc.returncode != 0:

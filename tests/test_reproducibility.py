@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -31,7 +29,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import DEFAULT_CONFIG, Project, files_under, job_counts, job_outputs, mtimes, run, snakemake_cmd
+from helpers import (
+    DEFAULT_CONFIG,
+    Project,
+    files_under,
+    job_counts,
+    job_outputs,
+    mtimes,
+    run,
+    snakemake_cmd,
+    stop_group,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline")]  # one worker builds the shared run
 
@@ -239,12 +247,7 @@ def mlflow_server(project):
                 time.sleep(0.5)
         yield base
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc, timeout=5)
         log.close()
 
 

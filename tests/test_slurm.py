@@ -13,12 +13,11 @@ import csv
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import DEFAULT_CONFIG, make_project, mtimes
+from helpers import DEFAULT_CONFIG, make_project, mtimes, wait_for
 from slurm_cluster import SlurmCluster, missing_programs
 from test_train import free_port, rows, spec
 
@@ -67,15 +66,6 @@ def local_run(tmp_path_factory):
     scratch_only(project)
     project.snakemake("--cores", "2", TARGET)
     return project
-
-
-def wait_for(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := check():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def test_reduced_dag_through_slurm_equals_local_and_survives_scancel(cluster, local_run, tmp_path):

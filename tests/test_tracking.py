@@ -6,7 +6,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import time
 import urllib.request
 
 import pytest
+from helpers import stop_group
 
 from pit.errors import PitError
 from pit.evaluation import evaluate as ev
@@ -163,12 +163,7 @@ def test_mlflow_ui_opens_the_training_runs_table_in_headless_chromium(shared, tm
         dom = subprocess.run([chromium, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=180)
         assert dom.returncode == 0, dom.stderr[-2000:]
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_group(server)
     body = re.sub(r"<(script|style)\b.*?</\1>", "", dom.stdout, flags=re.S)
     text = " ".join(re.sub(r"<[^>]+>", " ", body).split())
     assert "Runs - Experiment" in text, text[:1500]  # the page title of the runs table, not the GenAI overview

@@ -6,10 +6,12 @@ evaluation, tables, figures, report. The results are those of the run the end-to
 from __future__ import annotations
 
 import json
+import shlex
 
 import numpy as np
 import pytest
-from helpers import PAPER_CONFIG, job_counts, snakemake
+import yaml
+from helpers import DEFAULT_CONFIG, PAPER_CONFIG, ROOT, job_counts, snakemake, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline")]  # one worker builds the shared run
 
@@ -61,14 +63,7 @@ class DevTools:
         return self.send("Runtime.evaluate", params, self.session)["result"].get("value")
 
     def wait(self, fn, what: str, timeout: float = 30.0):
-        import time
-
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if value := fn():
-                return value
-            time.sleep(0.2)
-        raise AssertionError(f"timed out waiting for {what}")
+        return wait_for(fn, timeout, what)
 
     def frame_text(self) -> str | None:
         """The text of the page's first child frame (an iframe with a data: URL: read in its own world)."""
@@ -260,6 +255,16 @@ def test_paper_profile_dry_run_has_fifteen_gpu_pretraining_jobs(tmp_path):
     )  # 3 teacher slots x (pit, pit-head, tt)
     assert proc.stdout.count("gpus=1") >= 15
     assert "cerebras/Cerebras-GPT-256M" in proc.stdout and "scratch-1.17b" in proc.stdout
+
+
+def test_transition_figure_traces_the_configured_prompts_verbatim(tmp_path):
+    """Figure 2's job gets each prompt as configured (line breaks, leading spaces), not its JSON text."""
+    proc = snakemake(tmp_path, "-n", "-p", "--forcerun", "figure_transition", "results/figures/figure2_transition.png")
+    command = proc.stdout.split("pit figure transition", 1)[1].split("> results/logs", 1)[0]
+    words = shlex.split(command)
+    prompts = [words[i + 1] for i, w in enumerate(words) if w == "--prompt"]
+    configured = yaml.safe_load((ROOT / DEFAULT_CONFIG).read_text())["report"]["transition_prompts"]
+    assert prompts == configured and any("\n" in p for p in prompts) and any(p.startswith("  ") for p in prompts)
 
 
 def test_html_report_renders_in_headless_chromium(pipeline_project, tmp_path):

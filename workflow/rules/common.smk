@@ -458,9 +458,10 @@ def transition_runs():
 
 
 def transition_args():
-    """`--checkpoint C --label L` per traced run, then `--prompt P` per prompt (shell-quoted)."""
+    """`--checkpoint C --label L` per traced run, then `--prompt P` per prompt: the text itself, shell-quoted
+    (line breaks and leading spaces included), not its JSON."""
     checkpoints = [f"--checkpoint {r} --label {i.upper()}" for r, i in zip(transition_runs(), INTERFACES)]
-    prompts = [f"--prompt {json_arg(p)}" for p in config["report"]["transition_prompts"]]
+    prompts = [f"--prompt {shlex.quote(p)}" for p in config["report"]["transition_prompts"]]
     return " ".join(checkpoints + prompts)
 
 
