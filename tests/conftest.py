@@ -15,6 +15,21 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `cuda` need a CUDA device: without one they are deselected (listed as such), not skipped."""
+    if torch.cuda.is_available():
+        return
+    keep = [item for item in items if item.get_closest_marker("cuda") is None]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("cuda")])
+        items[:] = keep
+
+
+def pytest_report_header(config):
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none; tests marked cuda deselected"
+    return f"CUDA: {device}"
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

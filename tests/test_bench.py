@@ -24,6 +24,7 @@ STEP_KEYS = {
     "flop_per_s",
     "gemm_flop_per_s",
     "mfu",
+    "mfu_vs_peak",
 }
 
 
@@ -46,15 +47,26 @@ def test_json_schema_is_stable():
         "generate",
         "acceptance",
     }
-    assert r["schema"] == "pit-bench/1"
-    assert set(r["machine"]) == {"torch", "threads", "cpu", "python", "malloc"}
+    assert r["schema"] == "pit-bench/2"
+    assert set(r["machine"]) == {
+        "torch",
+        "threads",
+        "cpu",
+        "python",
+        "malloc",
+        "device",
+        "precision",
+        "bf16_peak_flop_per_s",
+    }
     assert r["machine"]["malloc"] == "retain"  # `pit` keeps freed memory (pit/training/allocator.py)
-    assert set(r["gemm_peak"]) == {"n", "flop_per_s"} and r["gemm_peak"]["flop_per_s"] > 0
+    assert r["machine"]["precision"] == "fp32" and r["machine"]["bf16_peak_flop_per_s"] is None  # CPU default
+    assert r["gemm_peak"]["dtype"] == "float32" and r["gemm_peak"]["flop_per_s"] > 0
     assert [row["arm"] for row in r["train"]] == ["pit", "pit_trainable_z", "tt", "untied"]
     assert all(set(row) == STEP_KEYS | {"time_ratio_to_tt"} for row in r["train"])
-    assert [row["arm"] for row in r["reference"]] == ["hf_gpt2", "ours_tt"]
-    assert [row["model"] for row in r["reference"]] == ["GPT2LMHeadModel", "PitGPT2LMHeadModel"]
-    assert all(set(row) == STEP_KEYS for row in r["reference"])
+    assert all(row["mfu_vs_peak"] is None for row in r["train"] + r["reference"])  # no peak known for a CPU
+    assert [row["arm"] for row in r["reference"]] == ["hf_gpt2", "ours_tt", "ours_pit"]
+    assert [row["model"] for row in r["reference"]] == ["GPT2LMHeadModel", "PitGPT2LMHeadModel", "PitGPT2LMHeadModel"]
+    assert all(set(row) == STEP_KEYS | {"time_ratio_to_tt"} for row in r["reference"])
     assert [(row["interface"], row["loss"]) for row in r["head_memory"]] == [
         ("pit", "naive"),
         ("pit", "chunked"),
@@ -62,7 +74,8 @@ def test_json_schema_is_stable():
         ("tt", "chunked"),
     ]
     assert all(
-        set(row) == {"interface", "loss", "tokens", "vocab", "dim", "peak_mb", "ratio_to_naive"}
+        set(row)
+        == {"interface", "loss", "tokens", "vocab", "dim", "peak_mb", "ratio_to_naive", "loss_s", "time_ratio_to_naive"}
         for row in r["head_memory"]
     )
     assert [row["arm"] for row in r["generate"]] == ["pit", "tt", "untied"]
@@ -75,18 +88,37 @@ def test_json_schema_is_stable():
         "pit_over_tt_time_v32000",
         "pit_trainable_z_over_tt_time_v50257",
         "ours_tt_over_hf_gpt2_tokens_per_s",
+        "ours_pit_over_ours_tt_time_reference",
         "mfu_133m_v50257",
+        "mfu_vs_peak_133m_v50257",
+        "mfu_vs_peak_reference",
         "chunked_over_naive_head_memory",
+        "chunked_over_naive_head_time",
     }
+
+
+def test_bf16_run_reads_mfu_against_a_given_peak():
+    """The GPU code path on CPU: bf16 autocast steps, a bf16 GEMM, MFU also against --peak-tflops."""
+    run = pit_bench("--json", "--size", "tiny", "--rounds", "1", "--precision", "bf16", "--peak-tflops", "0.5")
+    assert run.returncode == 0, run.stderr[-2000:]
+    r = json.loads(run.stdout)
+    assert (r["machine"]["precision"], r["machine"]["bf16_peak_flop_per_s"]) == ("bf16", 0.5e12)
+    assert r["gemm_peak"]["dtype"] == "bfloat16"
+    for row in r["train"] + r["reference"]:
+        assert row["mfu_vs_peak"] == pytest.approx(row["flop_per_s"] / 0.5e12)
+    assert set(r["acceptance"]["mfu_vs_peak_reference"]) == {"hf_gpt2", "ours_tt", "ours_pit"}
+    assert all(row["loss_s"] > 0 and row["peak_mb"] > 0 for row in r["head_memory"])
 
 
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["--size", "huge"], "bench size 'huge' is unknown; expected one of ['default', 'tiny']"),
+        (["--size", "huge"], "bench size 'huge' is unknown; expected one of ['default', 'gpu', 'tiny']"),
         (["--rounds", "0"], "bench rounds 0; expected an integer >= 1"),
         (["--layers", "-1"], "bench layers -1; expected an integer >= 1"),
         (["--threads", "0"], "--threads 0; expected an integer >= 1"),
+        (["--peak-tflops", "0"], "bench peak_tflops 0.0; expected a number > 0 (TFLOP/s)"),
+        (["--device", "cuda:99"], "device 'cuda:99': "),  # no CUDA here, or fewer than 100 GPUs
     ],
 )
 def test_bad_input_is_named(args, message, capsys):

@@ -192,6 +192,8 @@ SWEEP = {
         (["--size", "huge"], "size 'huge'"),
         (["--rounds", "0"], "rounds 0"),
         (["--layers", "two"], "--layers"),
+        (["--precision", "fp16"], "--precision"),
+        (["--peak-tflops", "-1"], "peak_tflops -1.0"),
     ],
     "mlflow sync": [
         (["{T}/none"], "'{T}/none' is not a run folder"),

@@ -1,9 +1,11 @@
 """Training throughput, MFU and memory of this machine (`pit bench`), measured in one process and one run.
 
-    pit bench [--json] [--size default|tiny] [--rounds 3] [--repeats 1] [--layers 2] [--threads N]
+    pit bench [--json] [--size default|tiny|gpu] [--rounds 3] [--repeats 1] [--layers 2] [--threads N]
+              [--device cpu|cuda] [--precision fp32|bf16] [--peak-tflops X]
 
 Sections (docs/performance.md has the method and the JSON keys):
-* `gemm_peak`: FP32 GEMM FLOP/s of an n x n `torch.mm`, the yardstick of MFU. It is timed as one more arm
+* `gemm_peak`: GEMM FLOP/s of an n x n `torch.mm` in the step's precision (FP32, or BF16 under `--precision
+  bf16`, the default on CUDA), the yardstick of MFU. It is timed as one more arm
   in every group of training arms, so it sees the machine load that group saw; the MFU of a step is against
   its own group's GEMM, `gemm_peak` is the best over the groups.
 * `train`: the step of `pit train` (forward, chunked fused loss, backward, clipping, fused AdamW, PIT's
@@ -11,8 +13,9 @@ Sections (docs/performance.md has the method and the JSON keys):
   scratch-tiny and on a 133M-shaped scratch model cut to `--layers` blocks, at V = 50257 (and PIT, TT at
   V = 32000).
 * `reference`: transformers' `GPT2LMHeadModel` (tied, its default attention, loss from `labels`) against
-  our `PitGPT2LMHeadModel` with TT, both at the same GPT-2 configuration and with the same optimizer.
-* `head_memory`: peak memory of head + loss (forward + backward), naive vs chunked, for PIT and TT.
+  our `PitGPT2LMHeadModel` with TT and with PIT, converted from it, at one GPT-2 configuration (size `gpu`:
+  Cerebras-GPT-256M's shape) and with the same optimizer.
+* `head_memory`: peak memory and time of head + loss (forward + backward), naive vs chunked, PIT and TT.
 * `generate`: greedy generation with the KV cache, tokens/s, per interface.
 
 Timing: arms of a group are interleaved over `rounds` after one warm-up call each; an arm's time is its
@@ -20,8 +23,9 @@ best round (mean of `repeats` calls), so load drift on a shared machine hits all
 come from the same run. Model FLOPs per token (PaLM, Appendix B), with N the non-embedding parameters,
 L layers, d_attn = heads x head dim, T the context:
     6 N + (6 if the head table is trained else 4) V d + 12 L d_attn T  (+ 12 d^2 for PIT's h T and solves)
-MFU = model FLOP/s / GEMM FLOP/s. Peak memory: growth of the resident set (VmHWM - VmRSS, Linux) over
-forward + backward, each measurement in a fresh process.
+MFU = model FLOP/s / GEMM FLOP/s; on a GPU also `mfu_vs_peak` = model FLOP/s / the datasheet's dense BF16
+peak (`BF16_PEAKS`, or `--peak-tflops`). Peak memory: on CPU the growth of the resident set (VmHWM - VmRSS,
+Linux) over forward + backward, each measurement in a fresh process; on CUDA `max_memory_allocated` growth.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import math
 import platform
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -46,8 +51,19 @@ from pit.models.configs import TeacherSpec
 from pit.training.allocator import policy as allocator_policy
 from pit.training.objective import NextTokenLoss
 from pit.training.optim import optimizer_update, param_groups
+from pit.training.runtime import resolve_device
 
-SCHEMA = "pit-bench/1"
+SCHEMA = "pit-bench/2"
+# Dense BF16 tensor-core peaks (FLOP/s, without sparsity) from NVIDIA's datasheets, matched in this order against
+# torch.cuda.get_device_name(); another GPU gets MFU against its measured GEMM only, unless --peak-tflops is given.
+BF16_PEAKS = (
+    ("H200", 989.4e12),
+    ("H100 PCIe", 756.5e12),
+    ("H100", 989.4e12),
+    ("A100", 312e12),
+    ("L40S", 362.05e12),
+    ("L4", 121e12),
+)
 ARMS = {
     "pit": InterfaceConfig(kind="pit"),
     "pit_trainable_z": InterfaceConfig(kind="pit", trainable_z=True),
@@ -98,28 +114,87 @@ SIZES = {
         memory=(256, 1000, 64),
         generate=(1, 4, 4),
     ),
+    "gpu": Size(  # for one GPU: the 133M shape at full depth, context 1024; the reference at Cerebras-GPT-256M's
+        gemm_n=8192,
+        train=(("scratch-133m", 16, 50257, tuple(ARMS)), ("scratch-133m", 16, 32000, ("pit", "tt"))),
+        batch=8,
+        seq_len=1024,
+        tiny_batch=8,
+        tiny_seq_len=1024,
+        reference=(14, 1088, 17, 50257),
+        memory=(16384, 50257, 768),
+        generate=(8, 128, 128),
+    ),
 }  # layers in `train`: None = the model's own depth, 0 = --layers
 
 
+@dataclass(frozen=True)
+class Target:
+    """Where the steps run: the device, and BF16 autocast (else FP32)."""
+
+    device: torch.device
+    bf16: bool
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.bfloat16 if self.bf16 else torch.float32
+
+    def autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def name(self) -> str:
+        if self.device.type == "cuda":
+            return torch.cuda.get_device_name(self.device)
+        return platform.processor() or platform.machine()
+
+
+def bf16_peak(target: Target, peak_tflops: float | None) -> float | None:
+    """The dense BF16 peak this run's MFU is also read against: --peak-tflops, else the datasheet's (GPUs)."""
+    if peak_tflops is not None:
+        return peak_tflops * 1e12
+    if target.device.type != "cuda":
+        return None
+    return next((peak for key, peak in BF16_PEAKS if key in target.name()), None)
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One run's settings: the target (device, precision) and the BF16 peak MFU is also read against."""
+
+    target: Target
+    peak: float | None
+
+
+CPU_FP32 = Bench(Target(torch.device("cpu"), bf16=False), peak=None)  # the default: what benchmarks/ scripts run
+
+
 # ---- timing ------------------------------------------------------------------------------------
-def time_arms(arms: dict, rounds: int, repeats: int) -> dict[str, float]:
-    """Seconds per call of each arm: best over `rounds` interleaved rounds of the mean of `repeats` calls."""
+def time_arms(arms: dict, rounds: int, repeats: int, sync=lambda: None) -> dict[str, float]:
+    """Seconds per call of each arm: best over `rounds` interleaved rounds of the mean of `repeats` calls
+    (`sync` waits for the device: CUDA kernels run asynchronously)."""
     for fn in arms.values():
         fn()  # warm-up
     best = dict.fromkeys(arms, math.inf)
     for _ in range(rounds):
         for name, fn in arms.items():
+            sync()
             t0 = time.perf_counter()
             for _ in range(repeats):
                 fn()
+            sync()
             best[name] = min(best[name], (time.perf_counter() - t0) / repeats)
     return best
 
 
-def gemm_arm(n: int):
-    """An n x n FP32 torch.mm and its FLOPs (2 n^3)."""
+def gemm_arm(n: int, target: Target = CPU_FP32.target):
+    """An n x n torch.mm in the target's dtype on its device, and its FLOPs (2 n^3)."""
     g = torch.Generator().manual_seed(0)
-    a, b, out = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g), torch.empty(n, n)
+    a, b = (torch.randn(n, n, generator=g).to(target.device, target.dtype) for _ in range(2))
+    out = torch.empty(n, n, device=target.device, dtype=target.dtype)
     return (lambda: torch.mm(a, b, out=out)), 2.0 * n**3
 
 
@@ -145,12 +220,14 @@ class TrainStep:
     fused AdamW (pretraining's parameter groups), then `optimizer_update` (the interface's after-step
     hook, zero_grad)."""
 
-    def __init__(self, model, loss, batch: torch.Tensor):
-        self.model, self.loss, self.batch = model.train(), loss, batch
+    def __init__(self, model, loss, batch: torch.Tensor, target: Target = CPU_FP32.target):
+        self.model, self.loss, self.batch, self.target = model.train(), loss, batch, target
         self.optimizer = torch.optim.AdamW(param_groups(model, 0.1, 1e-4), lr=1e-4, fused=True)
 
     def __call__(self) -> None:
-        self.loss(self.batch[:, :-1], self.batch[:, 1:]).backward()
+        with self.target.autocast():
+            loss = self.loss(self.batch[:, :-1], self.batch[:, 1:])
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         optimizer_update(self.optimizer, interface_of(self.model))
 
@@ -160,16 +237,21 @@ def hf_labels_loss(model):
     return lambda inputs, targets: model(inputs, labels=inputs, use_cache=False).loss
 
 
-def step_rows(group: dict, batch: torch.Tensor, rounds: int, repeats: int, gemm_n: int) -> list[dict]:
+def step_rows(
+    group: dict, batch: torch.Tensor, rounds: int, repeats: int, gemm_n: int, bench: Bench = CPU_FP32
+) -> list[dict]:
     """Time the steps of `group` {arm: (model, loss)} with an n x n GEMM as one more arm. MFU is against that
-    GEMM, measured in the same rounds; `time_ratio_to_tt` is present when the group has a TT arm."""
-    steps = {arm: TrainStep(model, loss, batch) for arm, (model, loss) in group.items()}
-    gemm_fn, gemm_flops = gemm_arm(gemm_n)
-    seconds = time_arms({**steps, "gemm": gemm_fn}, rounds, repeats)
-    tokens, peak = batch[:, :-1].numel(), gemm_flops / seconds["gemm"]
+    GEMM, measured in the same rounds (and against the BF16 peak where known); `time_ratio_to_tt` is present
+    when the group has a TT arm (`tt` or `ours_tt`)."""
+    steps = {arm: TrainStep(model, loss, batch, bench.target) for arm, (model, loss) in group.items()}
+    gemm_fn, gemm_flops = gemm_arm(gemm_n, bench.target)
+    seconds = time_arms({**steps, "gemm": gemm_fn}, rounds, repeats, bench.target.sync)
+    tokens, gemm = batch[:, :-1].numel(), gemm_flops / seconds["gemm"]
+    tt = next((arm for arm in ("tt", "ours_tt") if arm in steps), None)
     rows = []
     for arm, step in steps.items():
         cfg, flops = step.model.config, flops_per_token(step.model, batch.shape[1] - 1)
+        achieved = flops * tokens / seconds[arm]
         rows.append(
             {
                 "model": None,
@@ -181,31 +263,32 @@ def step_rows(group: dict, batch: torch.Tensor, rounds: int, repeats: int, gemm_
                 "step_s": seconds[arm],
                 "tokens_per_s": tokens / seconds[arm],
                 "flop_per_token": flops,
-                "flop_per_s": flops * tokens / seconds[arm],
-                "gemm_flop_per_s": peak,
-                "mfu": flops * tokens / seconds[arm] / peak,
+                "flop_per_s": achieved,
+                "gemm_flop_per_s": gemm,
+                "mfu": achieved / gemm,
+                "mfu_vs_peak": achieved / bench.peak if bench.peak else None,
             }
         )
-        if "tt" in steps:
-            rows[-1]["time_ratio_to_tt"] = seconds[arm] / seconds["tt"]
+        if tt is not None:
+            rows[-1]["time_ratio_to_tt"] = seconds[arm] / seconds[tt]
     return rows
 
 
-def train_section(size: Size, layers: int, rounds: int, repeats: int) -> list[dict]:
-    out = []
+def train_section(size: Size, layers: int, rounds: int, repeats: int, bench: Bench = CPU_FP32) -> list[dict]:
+    out, device = [], bench.target.device
     for name, depth, vocab, arms in size.train:
         overrides = {} if depth is None else {"num_hidden_layers": depth or layers}
         shape = (size.tiny_batch, size.tiny_seq_len) if depth is None else (size.batch, size.seq_len)
         batch = torch.randint(0, vocab, (shape[0], shape[1] + 1), generator=torch.Generator().manual_seed(0))
         models = {arm: build_model(name, ARMS[arm], vocab_size=vocab, seed=0, **overrides) for arm in arms}
-        rows = step_rows({arm: (m, NextTokenLoss(m)) for arm, m in models.items()}, batch, rounds, repeats, size.gemm_n)
-        out += [{**r, "model": name} for r in rows]
-        del models
+        group = {arm: (m.to(device), NextTokenLoss(m)) for arm, m in models.items()}
+        out += [{**r, "model": name} for r in step_rows(group, batch.to(device), rounds, repeats, size.gemm_n, bench)]
+        del models, group
     return out
 
 
-def reference_section(size: Size, rounds: int, repeats: int) -> list[dict]:
-    """GPT2LMHeadModel vs our PitGPT2LMHeadModel (TT, converted from it: the same weights) at one configuration."""
+def reference_section(size: Size, rounds: int, repeats: int, bench: Bench = CPU_FP32) -> list[dict]:
+    """GPT2LMHeadModel vs our PitGPT2LMHeadModel with TT and with PIT (converted from it) at one configuration."""
     from transformers import GPT2LMHeadModel
 
     layers, d, heads, vocab = size.reference
@@ -214,16 +297,17 @@ def reference_section(size: Size, rounds: int, repeats: int) -> list[dict]:
     hf = GPT2LMHeadModel(
         gpt2_config(spec, vocab, bos_token_id=vocab - 1, eos_token_id=vocab - 1, loss_type="ForCausalLM")
     )
-    ours = convert_teacher(hf, InterfaceConfig(kind="tt"))
+    ours = {
+        arm: convert_teacher(hf, InterfaceConfig(kind=kind)) for arm, kind in (("ours_tt", "tt"), ("ours_pit", "pit"))
+    }
+    models = {"hf_gpt2": hf, **ours}
+    group = {
+        arm: (m.to(bench.target.device), hf_labels_loss(m) if m is hf else NextTokenLoss(m))
+        for arm, m in models.items()
+    }
     batch = torch.randint(0, vocab, (size.batch, size.seq_len + 1), generator=torch.Generator().manual_seed(0))
-    rows = step_rows(
-        {"hf_gpt2": (hf, hf_labels_loss(hf)), "ours_tt": (ours, NextTokenLoss(ours))},
-        batch,
-        rounds,
-        repeats,
-        size.gemm_n,
-    )
-    return [{**r, "model": type(m).__name__} for r, m in zip(rows, (hf, ours))]
+    rows = step_rows(group, batch.to(bench.target.device), rounds, repeats, size.gemm_n, bench)
+    return [{**r, "model": type(m).__name__} for r, m in zip(rows, models.values())]
 
 
 # ---- memory ------------------------------------------------------------------------------------
@@ -234,33 +318,64 @@ def _status_kib(key: str) -> int:
     raise KeyError(key)
 
 
-def head_memory_probe(kind: str, loss: str, tokens: int, vocab: int, dim: int) -> float | None:
-    """MiB the resident set grows by over head + loss forward and backward (run in a fresh process)."""
-    torch.manual_seed(0)
-    iface = (PITTying if kind == "pit" else TransposeTying).from_scratch(vocab, dim)
-    h = torch.randn(tokens, dim, requires_grad=True)
-    targets = torch.randint(0, vocab, (tokens,))
-    fn = linear_cross_entropy if loss == "chunked" else naive_linear_cross_entropy
+def _peak_start(device: torch.device) -> float | None:
+    """Reset the peak-memory mark; the bytes in use now (None where there is no mark to read)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        return float(torch.cuda.memory_allocated(device))
     try:
         Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
-        before = _status_kib("VmRSS")
     except OSError:  # not Linux: no resident-set high-water mark to read
         return None
-    fn(*iface.head_input(h), targets).backward()
-    return (_status_kib("VmHWM") - before) / 1024
+    return _status_kib("VmRSS") * 1024.0
 
 
-def memory_section(size: Size) -> list[dict]:
+def _peak_growth_mb(device: torch.device, start: float | None) -> float | None:
+    if start is None:
+        return None
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _status_kib("VmHWM") * 1024.0
+    return (peak - start) / 2**20
+
+
+def head_loss_probe(
+    kind: str, loss: str, tokens: int, vocab: int, dim: int, device: str = "cpu", bf16: bool = False
+) -> tuple[float | None, float]:
+    """(MiB the memory grows by over head + loss forward and backward, seconds of one such call: best of 3
+    after the measured one). On CPU it runs in a fresh process (the resident set keeps freed memory)."""
+    target = Target(torch.device(device), bf16)
+    torch.manual_seed(0)
+    iface = (PITTying if kind == "pit" else TransposeTying).from_scratch(vocab, dim).to(target.device)
+    h = torch.randn(tokens, dim, device=target.device, requires_grad=True)
+    targets = torch.randint(0, vocab, (tokens,), device=target.device)
+    fn = linear_cross_entropy if loss == "chunked" else naive_linear_cross_entropy
+
+    def call():
+        with target.autocast():
+            out = fn(*iface.head_input(h), targets)
+        out.backward()
+        h.grad = None
+
+    start = _peak_start(target.device)
+    call()
+    peak = _peak_growth_mb(target.device, start)
+    return peak, min(time_arms({"call": call}, 3, 1, target.sync).values())
+
+
+def memory_section(size: Size, bench: Bench) -> list[dict]:
     tokens, vocab, dim = size.memory
-    rows = []
+    target, rows = bench.target, []
+    args = (tokens, vocab, dim, str(target.device), target.bf16)
     with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"), max_tasks_per_child=1) as pool:
         for kind in ("pit", "tt"):
-            peaks = {
-                loss: pool.submit(head_memory_probe, kind, loss, tokens, vocab, dim).result()
+            probe = {
+                loss: head_loss_probe(kind, loss, *args)
+                if target.device.type == "cuda"
+                else pool.submit(head_loss_probe, kind, loss, *args).result()
                 for loss in ("naive", "chunked")
             }
-            for loss, mb in peaks.items():
-                ratio = mb / peaks["naive"] if mb is not None and peaks["naive"] else None
+            (naive_mb, naive_s) = probe["naive"]
+            for loss, (mb, seconds) in probe.items():
                 rows.append(
                     {
                         "interface": kind,
@@ -269,29 +384,32 @@ def memory_section(size: Size) -> list[dict]:
                         "vocab": vocab,
                         "dim": dim,
                         "peak_mb": mb,
-                        "ratio_to_naive": ratio,
+                        "ratio_to_naive": mb / naive_mb if mb is not None and naive_mb else None,
+                        "loss_s": seconds,
+                        "time_ratio_to_naive": seconds / naive_s,
                     }
                 )
     return rows
 
 
 # ---- generation --------------------------------------------------------------------------------
-def generate_section(size: Size, layers: int, rounds: int) -> list[dict]:
+def generate_section(size: Size, layers: int, rounds: int, target: Target) -> list[dict]:
     """Greedy decoding with the KV cache on the 133M-shaped model (tiny size: scratch-tiny)."""
     batch, prompt_len, new = size.generate
     name, depth, vocab, _ = size.train[-1]
     overrides = {"num_hidden_layers": layers if depth == 0 else depth} if depth is not None else {}
     prompt = torch.randint(0, vocab, (batch, prompt_len), generator=torch.Generator().manual_seed(0))
+    prompt = prompt.to(target.device)
     models = {
-        arm: build_model(name, ARMS[arm], vocab_size=vocab, seed=0, **overrides).eval()
+        arm: build_model(name, ARMS[arm], vocab_size=vocab, seed=0, **overrides).to(target.device).eval()
         for arm in ("pit", "tt", "untied")
     }
 
     def run(model):
-        with torch.no_grad():
+        with torch.no_grad(), target.autocast():
             model.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
 
-    seconds = time_arms({arm: (lambda m=m: run(m)) for arm, m in models.items()}, rounds, 1)
+    seconds = time_arms({arm: (lambda m=m: run(m)) for arm, m in models.items()}, rounds, 1, target.sync)
     return [
         {
             "arm": arm,
@@ -321,29 +439,48 @@ def acceptance(result: dict) -> dict:
             None,
         )
 
-    ref = {r["arm"]: r["tokens_per_s"] for r in result["reference"]}
-    mfu = {r["arm"]: r["mfu"] for r in result["train"] if r["model"] == "scratch-133m" and r["vocab"] == 50257}
-    mem = [r["ratio_to_naive"] for r in result["head_memory"] if r["loss"] == "chunked" and r["ratio_to_naive"]]
+    ref = {r["arm"]: r for r in result["reference"]}
+    big = [r for r in result["train"] if r["model"] == "scratch-133m" and r["vocab"] == 50257]
+    chunked = [r for r in result["head_memory"] if r["loss"] == "chunked"]
+    mem = [r["ratio_to_naive"] for r in chunked if r["ratio_to_naive"]]
     return {
         "pit_over_tt_time_v50257": ratio(50257, "pit"),
         "pit_over_tt_time_v32000": ratio(32000, "pit"),
         "pit_trainable_z_over_tt_time_v50257": ratio(50257, "pit_trainable_z"),
-        "ours_tt_over_hf_gpt2_tokens_per_s": ref["ours_tt"] / ref["hf_gpt2"],
-        "mfu_133m_v50257": mfu or None,
+        "ours_tt_over_hf_gpt2_tokens_per_s": ref["ours_tt"]["tokens_per_s"] / ref["hf_gpt2"]["tokens_per_s"],
+        "ours_pit_over_ours_tt_time_reference": ref["ours_pit"]["time_ratio_to_tt"],
+        "mfu_133m_v50257": {r["arm"]: r["mfu"] for r in big} or None,
+        "mfu_vs_peak_133m_v50257": {r["arm"]: r["mfu_vs_peak"] for r in big if r["mfu_vs_peak"]} or None,
+        "mfu_vs_peak_reference": {a: r["mfu_vs_peak"] for a, r in ref.items() if r["mfu_vs_peak"]} or None,
         "chunked_over_naive_head_memory": max(mem) if mem else None,
+        "chunked_over_naive_head_time": max(r["time_ratio_to_naive"] for r in chunked),
     }
 
 
-def run_bench(size: str = "default", rounds: int = 3, repeats: int = 1, layers: int = 2) -> dict:
-    """Every section, in this order, in this process (memory probes in child processes)."""
+def run_bench(
+    size: str = "default",
+    rounds: int = 3,
+    repeats: int = 1,
+    layers: int = 2,
+    device: str = "cpu",
+    precision: str | None = None,
+    peak_tflops: float | None = None,
+) -> dict:
+    """Every section, in this order, in this process (CPU memory probes in child processes). `precision`
+    None = bf16 on CUDA, fp32 on CPU."""
     if size not in SIZES:
         raise PitError(f"bench size {size!r} is unknown; expected one of {sorted(SIZES)}")
     for key, value in (("rounds", rounds), ("repeats", repeats), ("layers", layers)):
         if value < 1:
             raise PitError(f"bench {key} {value}; expected an integer >= 1")
-    s = SIZES[size]
-    train = train_section(s, layers, rounds, repeats)
-    reference = reference_section(s, rounds, repeats)
+    if precision not in (None, "fp32", "bf16"):
+        raise PitError(f"bench precision {precision!r}; expected fp32 or bf16")
+    if peak_tflops is not None and not peak_tflops > 0:
+        raise PitError(f"bench peak_tflops {peak_tflops}; expected a number > 0 (TFLOP/s)")
+    target = Target(resolve_device(device), precision == "bf16" or (precision is None and device.startswith("cuda")))
+    bench, s = Bench(target, bf16_peak(target, peak_tflops)), SIZES[size]
+    train = train_section(s, layers, rounds, repeats, bench)
+    reference = reference_section(s, rounds, repeats, bench)
     result = {
         "schema": SCHEMA,
         "machine": {
@@ -352,22 +489,31 @@ def run_bench(size: str = "default", rounds: int = 3, repeats: int = 1, layers: 
             "cpu": platform.processor() or platform.machine(),
             "python": platform.python_version(),
             "malloc": allocator_policy(),
+            "device": target.name(),
+            "precision": "bf16" if target.bf16 else "fp32",
+            "bf16_peak_flop_per_s": bench.peak,
         },
         "settings": {"size": size, "rounds": rounds, "repeats": repeats, "layers": layers, **asdict(s)},
-        "gemm_peak": {"n": s.gemm_n, "flop_per_s": max(r["gemm_flop_per_s"] for r in train + reference)},
+        "gemm_peak": {
+            "n": s.gemm_n,
+            "dtype": str(target.dtype).removeprefix("torch."),
+            "flop_per_s": max(r["gemm_flop_per_s"] for r in train + reference),
+        },
         "train": train,
         "reference": reference,
-        "head_memory": memory_section(s),
-        "generate": generate_section(s, layers, rounds),
+        "head_memory": memory_section(s, bench),
+        "generate": generate_section(s, layers, rounds, target),
     }
     result["acceptance"] = acceptance(result)
     return result
 
 
 def to_text(r: dict) -> str:
-    g = 1e9
+    g, m = 1e9, r["machine"]
     lines = [
-        f"FP32 GEMM peak ({r['gemm_peak']['n']}^3 torch.mm, {r['machine']['threads']} threads): "
+        f"{m['device']}, {m['precision']}"
+        + (f", dense BF16 peak {m['bf16_peak_flop_per_s'] / 1e12:.1f} TFLOP/s" if m["bf16_peak_flop_per_s"] else ""),
+        f"{r['gemm_peak']['dtype']} GEMM peak ({r['gemm_peak']['n']}^3 torch.mm, {m['threads']} threads): "
         f"{r['gemm_peak']['flop_per_s'] / g:.1f} GFLOP/s",
         "",
         "training step (pit train's step, one fixed batch):",
@@ -377,11 +523,15 @@ def to_text(r: dict) -> str:
             f"  {row['model']:18s} L={row['layers']:<2d} V={row['vocab']:<6d} {row['arm']:16s} "
             f"{row['tokens_per_s']:9.0f} tok/s  {row['flop_per_s'] / g:6.1f} GFLOP/s  MFU {row['mfu']:6.1%}"
             + (f"  time/TT {row['time_ratio_to_tt']:.3f}" if "time_ratio_to_tt" in row else "")
+            + (f"  MFU/peak {row['mfu_vs_peak']:6.1%}" if row["mfu_vs_peak"] else "")
         )
-    lines.append("\nhead + loss peak memory (forward + backward):")
+    lines.append("\nhead + loss, forward + backward (peak memory, time):")
     for row in r["head_memory"]:
         mb = "n/a" if row["peak_mb"] is None else f"{row['peak_mb']:8.0f} MiB"
-        lines.append(f"  {row['interface']:4s} {row['loss']:8s} {row['tokens']} tokens, V={row['vocab']}: {mb}")
+        lines.append(
+            f"  {row['interface']:4s} {row['loss']:8s} {row['tokens']} tokens, V={row['vocab']}: {mb}"
+            f"  {row['loss_s'] * 1e3:8.1f} ms"
+        )
     lines.append("\ngeneration (greedy, KV cache):")
     for row in r["generate"]:
         lines.append(f"  {row['arm']:8s} {row['tokens_per_s']:8.1f} tok/s (batch {row['batch']})")
