@@ -80,6 +80,24 @@ def test_metrics_match_numpy_on_an_untied_pair():
     assert 0.01 < m["raw"]["principal_angle"] < np.pi / 2
 
 
+def test_small_angles_keep_their_digits_through_the_joint_frame():
+    """Angles of 1e-6 rad between the two column spaces: the coordinates in joint_frame's basis keep the
+    sine side's accuracy (a cosine-side computation would read ~1e-8 noise as much as the angle)."""
+    E = anisotropic()
+    g = torch.Generator().manual_seed(4)
+    W = (E + 1e-8 * torch.randn(V, D, generator=g, dtype=torch.float64)).T
+    m = interface_metrics(E, W)
+    En, Wn = E.numpy(), W.numpy()
+    expected = scipy.linalg.subspace_angles(En, Wn.T).max()
+    assert 1e-7 < expected < 1e-5
+    for variant in ("raw", "polar"):
+        assert m[variant]["principal_angle"] == pytest.approx(expected, rel=1e-6)
+    B_out = np.linalg.pinv(Wn)
+    assert m["raw"]["procrustes_error"] == pytest.approx(np_metrics(En, B_out)["procrustes_error"], rel=1e-6)
+    A = En @ Wn
+    assert m["asymmetry"] == pytest.approx(np.linalg.norm(A - A.T) / np.linalg.norm(A), rel=1e-6)
+
+
 def test_transpose_tying_polar_is_zero_raw_is_not():
     W = anisotropic()
     m = interface_metrics(W, W.T)

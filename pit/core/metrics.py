@@ -9,7 +9,9 @@
 * The direct path A = E W_out (V x V, the token-to-logit path that skips every block): its relative
   asymmetry ||A - A^T||_F / ||A||_F and how well A[a, b] tracks the empirical bigram log p(b | a).
 
-No V x V matrix is ever formed. Formulas and conventions: docs/diagnostics.md.
+No V x V matrix is ever formed, and only three V x d factorizations are (joint_frame): every anchor metric is
+invariant under an orthonormal change of basis except the row-wise cosine, so the rest is computed on 2d x d
+coordinate matrices. Formulas and conventions: docs/diagnostics.md.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import math
 import numpy as np
 import torch
 
-from pit.core.linalg import pinv_of_wide, polar, single_thread
+from pit.core.linalg import single_thread
 from pit.errors import PitError
 
 CONSISTENCY_KEYS = [
@@ -98,15 +100,54 @@ def _as_float64(E, W_out) -> tuple[torch.Tensor, torch.Tensor]:
     return E, W_out
 
 
+def joint_frame(E: torch.Tensor, W_out: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """E and W_out^T in one orthonormal basis [Q_E, Q_P] (V x 2d) of their joint column space, so that every
+    metric below works on 2d x d coordinate matrices. Thin QRs E = Q_E R_E and W_out^T = Q_W R_W, then block
+    Gram-Schmidt, run twice ("twice is enough"): Q_W = Q_E M + Q_P R_P. Returns (Q_E, R_E, Q_W, R_W, M, R_P);
+    Q_P itself is never needed, only its triangular factor."""
+    Q_E, R_E = torch.linalg.qr(E)
+    Q_W, R_W = torch.linalg.qr(W_out.T)
+    M = Q_E.T @ Q_W
+    Y = Q_W - Q_E @ M
+    M2 = Q_E.T @ Y
+    Y -= Q_E @ M2
+    return Q_E, R_E, Q_W, R_W, M + M2, torch.linalg.qr(Y, mode="r").R
+
+
+def _agreement(in_coords, out_coords, in_rows, out_rows) -> dict:
+    """Anchor agreement from the coordinates of B_in, B_out in an orthonormal basis (procrustes error and
+    principal angle are invariant under it) and their rows (the cosine distance is not)."""
+    return {
+        "cosine_distance": cosine_distance(in_rows, out_rows),
+        "procrustes_error": procrustes_error(in_coords, out_coords),
+        "principal_angle": principal_angle(in_coords, out_coords),
+    }
+
+
 @torch.no_grad()
 def interface_metrics(E, W_out) -> dict:
-    """Delta_TI, raw and polar anchor agreement, and the direct path's asymmetry for E (V x d), W_out (d x V)."""
+    """Delta_TI, raw and polar anchor agreement, and the direct path's asymmetry for E (V x d), W_out (d x V).
+    All from three thin QRs of V x d matrices (joint_frame) and the SVDs of their d x d factors
+    R_E = Ue Se Vhe, R_W = Uw Sw Vhw: polar(E) = Q_E Ue Vhe, polar(W_out^T) = Q_W Uw Vhw and
+    pinv(W_out) = Q_W Uw Sw^-1 Vhw (pinv_of_wide's cutoff)."""
     E, W_out = _as_float64(E, W_out)
+    Q_E, R_E, Q_W, R_W, M, R_P = joint_frame(E, W_out)
+    with single_thread():
+        Ue, _, Vhe = torch.linalg.svd(R_E)
+        Uw, Sw, Vhw = torch.linalg.svd(R_W)
+    cutoff = max(W_out.shape) * torch.finfo(Sw.dtype).eps * Sw.max()
+    pinv_W = (Uw * torch.where(cutoff < Sw, 1 / Sw, torch.zeros_like(Sw))) @ Vhw
+    zeros = torch.zeros_like(R_E)
+
+    def of_W(X):  # coordinates of Q_W X
+        return torch.cat([M @ X, R_P @ X])
+
+    polar_E, polar_W = Ue @ Vhe, Uw @ Vhw
     return {
         "delta_ti": delta_ti(E, W_out),
-        "raw": anchor_agreement(E, pinv_of_wide(W_out)),
-        "polar": anchor_agreement(polar(E)[0], polar(W_out.T)[0]),
-        "asymmetry": direct_path_asymmetry(E, W_out),
+        "raw": _agreement(torch.cat([R_E, zeros]), of_W(pinv_W), E, Q_W @ pinv_W),
+        "polar": _agreement(torch.cat([polar_E, zeros]), of_W(polar_W), Q_E @ polar_E, Q_W @ polar_W),
+        "asymmetry": direct_path_asymmetry(torch.cat([R_E, zeros]), of_W(R_W).T),
     }
 
 
