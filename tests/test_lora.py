@@ -16,6 +16,7 @@ from pit.analysis.side_effects import side_effects
 from pit.core.interfaces import InterfaceConfig
 from pit.data.reader import TokenFile
 from pit.errors import PitError
+from pit.models.access import model_consistency, model_delta_ti
 from pit.models.checkpoint import load_model
 from pit.training.args import LoraArgs
 from pit.training.lora import merge_adapter, train_lora
@@ -158,6 +159,9 @@ def test_trained_interface_is_saved_with_the_adapter(tiny_data, tmp_path):
     assert torch.equal(logits(merged, ids), logits(reloaded, ids))
     fx = json.loads((run / "side_effects.json").read_text())
     assert fx["embedding_change"] > 0 and fx["delta_ti_after"] < 1e-4
+    assert fx["delta_ti_after"] == pytest.approx(model_delta_ti(reloaded), rel=1e-9)
+    for key, value in model_consistency(reloaded).items():  # the moved interface's Table 2 metrics, after
+        assert fx[f"{key}_after"] == pytest.approx(value, rel=1e-9, abs=1e-12), key
 
 
 def test_side_effects_match_an_independent_computation(tiny_data, tmp_path):

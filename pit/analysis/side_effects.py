@@ -20,8 +20,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from pit.core import metrics
 from pit.errors import PitError
-from pit.models.access import interface_matrices, model_consistency, model_delta_ti
+from pit.models.access import interface_matrices
 
 
 @torch.no_grad()
@@ -63,15 +64,17 @@ def next_token_side_effects(
 @torch.no_grad()
 def interface_side_effects(before, after) -> dict:
     """Delta_TI of both models and the relative change of E and W_out (float64); the Table 2
-    metrics of both only when the interface moved (a frozen one reads as `pit diagnose` says)."""
-    out = {"delta_ti_before": model_delta_ti(before), "delta_ti_after": model_delta_ti(after)}
+    metrics of both only when the interface moved (a frozen one reads as `pit diagnose` says).
+    Each model's E and W_out are materialised once (for PIT two V x d triangular solves)."""
+    (E0, W0), (E1, W1) = (interface_matrices(m) for m in (before, after))  # as trained, as model_delta_ti
+    out = {"delta_ti_before": metrics.delta_ti(E0, W0), "delta_ti_after": metrics.delta_ti(E1, W1)}
     out["delta_ti_change"] = out["delta_ti_after"] - out["delta_ti_before"]
-    (E0, W0), (E1, W1) = ([t.detach().double() for t in interface_matrices(m)] for m in (before, after))
+    E0, W0, E1, W1 = (t.detach().double() for t in (E0, W0, E1, W1))
     out["embedding_change"] = (torch.linalg.matrix_norm(E1 - E0) / torch.linalg.matrix_norm(E0)).item()
     out["head_change"] = (torch.linalg.matrix_norm(W1 - W0) / torch.linalg.matrix_norm(W0)).item()
     if out["embedding_change"] or out["head_change"]:
-        for name, m in (("before", model_consistency(before)), ("after", model_consistency(after))):
-            out.update({f"{k}_{name}": v for k, v in m.items()})
+        for name, (E, W) in (("before", (E0, W0)), ("after", (E1, W1))):
+            out.update({f"{k}_{name}": v for k, v in metrics.consistency_metrics(E, W).items()})
     return out
 
 
