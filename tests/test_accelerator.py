@@ -9,17 +9,12 @@ deterministic, to 1e-3 in the loss: a tolerance not yet measured on a GPU).
 """
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
-from test_train import pit_cli, rows, spec
+from test_train import kill_at_step_8_then_resume, rows, spec
 
 from pit.training.args import PretrainArgs
 from pit.training.pretrain import train
@@ -52,18 +47,7 @@ def test_bf16_run_killed_and_resumed_matches_the_uninterrupted_run(device, tiny_
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "killed"
     train(PretrainArgs.from_dict(s), ref_dir)
 
-    cmd = [sys.executable, "-m", "pit", "train", "--spec", json.dumps(s), "--out", str(run_dir)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while not (run_dir / "checkpoints" / "step-000008").exists():
-        assert proc.poll() is None and time.time() < deadline, "the run ended before it could be killed"
-        time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert not (run_dir / "summary.json").exists()
-
-    rc = pit_cli("train", "--spec", json.dumps(s), "--out", str(run_dir))
-    assert rc.returncode == 0, rc.stderr[-2000:]
+    kill_at_step_8_then_resume(s, run_dir)
     ref, resumed = rows(ref_dir), rows(run_dir)
     assert [r["step"] for r in resumed] == [r["step"] for r in ref] == list(range(1, 13))
     w_ref, w_run = (load_file(d / "final" / "model.safetensors") for d in (ref_dir, run_dir))

@@ -51,6 +51,21 @@ def pit_cli(*args, env=None, **kw):
     )
 
 
+def kill_at_step_8_then_resume(s: dict, run_dir: Path) -> None:
+    """`pit train` in a subprocess, SIGKILLed once its step-8 checkpoint exists, then the same command again."""
+    cmd = [sys.executable, "-m", "pit", "train", "--spec", json.dumps(s), "--out", str(run_dir)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while not (run_dir / "checkpoints" / "step-000008").exists():
+        assert proc.poll() is None and time.time() < deadline, "the run ended before it could be killed"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (run_dir / "summary.json").exists()
+    rc = pit_cli("train", "--spec", json.dumps(s), "--out", str(run_dir))
+    assert rc.returncode == 0, rc.stderr[-2000:]
+
+
 @pytest.mark.parametrize("kind", ["pit", "tt", "untied"])
 def test_run_folder_metrics_and_interface(kind, tiny_data, tmp_path):
     summary = train(PretrainArgs.from_dict(spec(tiny_data, interface={"kind": kind}, eval_every=4)), tmp_path)
@@ -81,18 +96,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tiny_data, tmp_path):
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "killed"
     train(PretrainArgs.from_dict(s), ref_dir)
 
-    cmd = [sys.executable, "-m", "pit", "train", "--spec", json.dumps(s), "--out", str(run_dir)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while not (run_dir / "checkpoints" / "step-000008").exists():
-        assert proc.poll() is None and time.time() < deadline, "the run ended before it could be killed"
-        time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert not (run_dir / "summary.json").exists()
-
-    rc = pit_cli("train", "--spec", json.dumps(s), "--out", str(run_dir))
-    assert rc.returncode == 0, rc.stderr[-2000:]
+    kill_at_step_8_then_resume(s, run_dir)
     ref, resumed = rows(ref_dir), rows(run_dir)
     assert [r["step"] for r in resumed] == list(range(1, 17))
     for a, b in zip(ref, resumed):
