@@ -131,3 +131,27 @@ def test_sgd_run_trains_and_resumes_exactly(tiny_data, tmp_path):
     assert resumed["val_loss"] == full["val_loss"]
     adamw = train(PretrainArgs.from_dict(spec(tiny_data, max_steps=6)), tmp_path / "adamw")
     assert adamw["val_loss"] != full["val_loss"]
+
+
+def test_summary_reads_job_wall_times_from_snakemake_logs(tmp_path):
+    """scripts/paper_smoke_summary.py: each finished job's wall time by rule and slot, jobs side by side included
+    (the lines as Snakemake 9 writes them)."""
+    import importlib.util
+
+    spec_ = importlib.util.spec_from_file_location("paper_smoke_summary", ROOT / "scripts/paper_smoke_summary.py")
+    summary = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(summary)
+    log = tmp_path / ".snakemake" / "log" / "2026-11-25T173428.189519.snakemake.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(
+        "[Wed Nov 25 17:34:53 2026]\nlocalrule pretrain:\n    jobid: 17\n"
+        "    wildcards: mode=scratch, slot=303m, interface=pit\n    threads: 2\n"
+        "[Wed Nov 25 17:35:00 2026]\nrule diagnose:\n    jobid: 3\n"
+        "    wildcards: mode=teacher, slot=1.3b, interface=tt\n"
+        "[Wed Nov 25 17:38:46 2026]\nFinished jobid: 17 (Rule: pretrain)\n1 of 112 steps (1%) done\n"
+        "[Wed Nov 25 17:40:00 2026]\nFinished jobid: 3 (Rule: diagnose)\n"
+        "[Wed Nov 25 17:40:01 2026]\nlocalrule all:\n    jobid: 0\n"
+    )
+    assert summary.job_seconds(log) == [("pretrain", "303m", 233.0), ("diagnose", "1.3b", 300.0)]
+    rows = summary.job_rows(tmp_path)
+    assert "| pretrain | 303m | 1 | 233-233 s | 3.9 min |" in rows and rows[-1] == "| all | | 2 | | 8.9 min |"
