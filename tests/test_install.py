@@ -71,3 +71,16 @@ def test_snakemake_refuses_to_plan_another_checkouts_workflow(tmp_path):
     cmd = [sys.executable, "-m", "snakemake", "-n", "--snakefile", str(same / "workflow/Snakefile")]
     ok = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=os.environ | {"HF_HUB_OFFLINE": "1"})
     assert ok.returncode == 0 and "Job stats" in ok.stdout + ok.stderr
+
+
+def test_jobs_run_snakemakes_own_pit_without_an_activated_environment(tmp_path):
+    """The README's main command, `.venv/bin/snakemake --cores all`, in a shell where no `pit` is on PATH: each
+    job's `pit` comes from the interpreter Snakemake runs on (the Snakefile puts its folder first on PATH)."""
+    bare = os.path.dirname(shutil.which("bash"))
+    assert shutil.which("pit", path=bare) is None
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "PATH": bare}
+    target = "results/tables/table3.csv"
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--snakefile", str(ROOT / "workflow/Snakefile"), target]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / target).read_text().startswith("model,paper_name,layers")

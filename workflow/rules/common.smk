@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -34,8 +35,12 @@ def check_checkout():
 
 
 def job_environment():
-    """Defaults for the jobs' environment: caches of derived files go to .snakemake/cache/ of the working
+    """Defaults for the jobs' environment: their `pit` is the one of the environment Snakemake runs in (its
+    interpreter's folder goes first on PATH, so `.venv/bin/snakemake` needs no activated venv; a job's conda env,
+    activated later, still comes first), caches of derived files go to .snakemake/cache/ of the working
     directory, not the user's home, and MLflow sends no telemetry (docs/install.md); a value already set wins."""
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), *path])
     cache = Path(".snakemake", "cache").resolve()
     os.environ.setdefault("MPLCONFIGDIR", str(cache / "matplotlib"))
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "torchinductor"))
