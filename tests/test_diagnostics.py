@@ -9,14 +9,14 @@ import scipy.stats
 import torch
 
 from pit.analysis.diagnostics import diagnose, summary
-from pit.analysis.layerwise import layerwise_consistency
+from pit.analysis.layerwise import layerwise_consistency, lens_metrics
 from pit.commands import main
 from pit.core.interfaces import InterfaceConfig, PITTying
 from pit.core.metrics import anchor_agreement, bigram_fit, interface_metrics
 from pit.data.reader import TokenFile
 from pit.errors import PitError
 from pit.models import build_model
-from pit.models.checkpoint import save_pretrained_atomic
+from pit.models.checkpoint import load_model, save_pretrained_atomic
 
 V, D = 300, 16
 
@@ -227,6 +227,10 @@ def test_diagnose_pit_checkpoint(checkpoint, val_file):
     assert d["direct_path"]["bigram"]["tokens"] == 3000 and len(d["layerwise"]) == 3
     assert d["val"]["positions"] == 8 and d["val"]["seq_len"] == 16
     assert "Delta_TI" in summary(d) and len(summary(d).splitlines()) == 6 + 2 + 3
+    # one forward pass serves both: the same numbers as each function on its own
+    model, data = load_model(checkpoint), TokenFile(val_file)
+    assert d["layerwise"] == layerwise_consistency(model, data, positions=8, seed=0, seq_len=16)
+    assert d["lens"] == lens_metrics(model, data, positions=8, seed=0, seq_len=16)
 
 
 def test_cli_json_and_out(checkpoint, val_file, tmp_path, capsys):

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import torch
 
-from pit.analysis.layerwise import check_vocab, layerwise_consistency, lens_metrics, window_starts
+from pit.analysis.layerwise import (
+    check_vocab,
+    last_position_states,
+    layerwise_consistency,
+    lens_metrics,
+    window_starts,
+)
 from pit.core.metrics import bigram_fit, interface_metrics
 from pit.data.reader import TokenFile
 from pit.models.access import interface_kind, interface_matrices
@@ -47,8 +53,10 @@ def diagnose(
         data = TokenFile(val_data)
         check_vocab(model, data)
         out["direct_path"]["bigram"] = bigram_fit(E, W_out, data.tokens[:bigram_tokens])
-        out["layerwise"] = layerwise_consistency(model, data, positions, seed, seq_len)
-        out["lens"] = lens_metrics(model, data, positions, seed, seq_len)
+        batches = last_position_states(model, data, positions, seed, seq_len)  # one forward pass for both
+        shared = {"batches": batches, "matrices": (E, W_out)}
+        out["layerwise"] = layerwise_consistency(model, data, positions, seed, seq_len, **shared)
+        out["lens"] = lens_metrics(model, data, positions, seed, seq_len, **shared)
         seq_len = min(seq_len, model.config.max_position_embeddings)
         out["val"] = {
             "path": str(val_data),

@@ -18,20 +18,21 @@ from pit.errors import PitError
 from pit.models.access import interface_matrices, residual_states
 
 
+def decode_states(states: list[torch.Tensor], E: torch.Tensor, W_out: torch.Tensor) -> list[tuple]:
+    """Per state f_l (B, d), embedding output first: (via_in, via_out) LongTensors of shape (B,), the row of E
+    with the largest cosine and argmax_i (f_l W_out)[i]."""
+    E_unit = E / E.norm(dim=1, keepdim=True).clamp(min=torch.finfo(E.dtype).tiny)
+    return [((f.to(E.dtype) @ E_unit.T).argmax(-1), (f.to(E.dtype) @ W_out).argmax(-1)) for f in states]
+
+
 @torch.no_grad()
 def decode_last_token(model, ids: torch.Tensor, E: torch.Tensor | None = None, W_out: torch.Tensor | None = None):
-    """(per_layer, final) for the last position of each row of `ids` (B, T): per_layer lists, embedding output
-    first, (via_in, via_out) LongTensors of shape (B,): argmax_i cos(f_l, E[i]) and argmax_i (f_l W_out)[i];
+    """(per_layer, final) for the last position of each row of `ids` (B, T): per_layer as `decode_states`;
     final is the argmax of the model's own logits (B,). E, W_out default to the interface in float64."""
     if E is None or W_out is None:
         E, W_out = interface_matrices(model, float64=True)
-    E_unit = E / E.norm(dim=1, keepdim=True).clamp(min=torch.finfo(E.dtype).tiny)
     states, logits = residual_states(model, ids)
-    per_layer = []
-    for f in states:
-        f = f.to(E.dtype)
-        per_layer.append(((f @ E_unit.T).argmax(-1), (f @ W_out).argmax(-1)))
-    return per_layer, logits.argmax(-1)
+    return decode_states(states, E, W_out), logits.argmax(-1)
 
 
 def window_starts(data: TokenFile, positions: int, seq_len: int, seed: int) -> np.ndarray:
@@ -41,22 +42,48 @@ def window_starts(data: TokenFile, positions: int, seq_len: int, seed: int) -> n
 
 
 @torch.no_grad()
-def layerwise_consistency(
+def last_position_states(
     model, data: TokenFile, positions: int = 512, seed: int = 0, seq_len: int = 128, batch_size: int = 16
-) -> list[dict]:
-    """Per layer l (0 = embedding output, l = block l), over the last position of `positions` held-out windows:
-    how often B_in and B_out decode the same token, and how often each agrees with the final prediction."""
+) -> list[tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]]:
+    """The forward passes both diagnostics below read, done once: per batch of the `window_starts` windows
+    (seq_len capped at the model's context), (states, logits, targets) = `residual_states` at the last input
+    position and the window's extra last token (B,)."""
     check_vocab(model, data)
     seq_len = min(seq_len, model.config.max_position_embeddings)
-    E, W_out = interface_matrices(model, float64=True)
     starts = window_starts(data, positions, seq_len, seed)
-    hits = None
+    device = next(model.parameters()).device
+    batches = []
     for i in range(0, len(starts), batch_size):
-        ids = data.windows(starts[i : i + batch_size], seq_len)[:, :-1].to(E.device)
-        per_layer, final = decode_last_token(model, ids, E, W_out)
-        batch = torch.stack([torch.stack([a == b, a == final, b == final]).sum(1) for a, b in per_layer])
-        hits = batch if hits is None else hits + batch
-    rates = (hits.double() / len(starts)).tolist()
+        rows = data.windows(starts[i : i + batch_size], seq_len).to(device)
+        batches.append((*residual_states(model, rows[:, :-1]), rows[:, -1]))
+    return batches
+
+
+@torch.no_grad()
+def layerwise_consistency(
+    model,
+    data: TokenFile,
+    positions: int = 512,
+    seed: int = 0,
+    seq_len: int = 128,
+    batch_size: int = 16,
+    batches=None,
+    matrices=None,
+) -> list[dict]:
+    """Per layer l (0 = embedding output, l = block l), over the last position of `positions` held-out windows:
+    how often B_in and B_out decode the same token, and how often each agrees with the final prediction.
+    `batches`, `matrices`: `last_position_states` of the same arguments and `interface_matrices(model, float64=True)`,
+    when the caller has them."""
+    if batches is None:
+        batches = last_position_states(model, data, positions, seed, seq_len, batch_size)
+    E, W_out = interface_matrices(model, float64=True) if matrices is None else matrices
+    hits, count = 0, 0
+    for states, logits, _ in batches:
+        final = logits.argmax(-1)
+        pairs = decode_states(states, E, W_out)
+        hits = hits + torch.stack([torch.stack([a == b, a == final, b == final]).sum(1) for a, b in pairs])
+        count += len(final)
+    rates = (hits.double() / count).tolist()
     return [
         {"layer": layer, "in_out_agreement": r[0], "in_final_agreement": r[1], "out_final_agreement": r[2]}
         for layer, r in enumerate(rates)
@@ -78,36 +105,42 @@ def lens_bits(
 
 @torch.no_grad()
 def lens_metrics(
-    model, data: TokenFile, positions: int = 512, seed: int = 0, seq_len: int = 128, batch_size: int = 16
+    model,
+    data: TokenFile,
+    positions: int = 512,
+    seed: int = 0,
+    seq_len: int = 128,
+    batch_size: int = 16,
+    batches=None,
+    matrices=None,
 ) -> dict:
     """The tuned-lens paper's logit-lens measures (Belrose et al. 2023), in bits, averaged over the
     windows and positions `layerwise_consistency` uses: the last input position of each window, whose next token
     is the window's extra last token. States are those of `residual_states` (final norm applied), decoded with
     the float64 W_out. Layer 0 is the embedding output, layer L the last block (whose lens is the model).
+    `batches`, `matrices`: as for `layerwise_consistency`.
 
     kl_bits[l] = E[KL(p_L || p_l)], ce_bits[l] = E[-log2 p_l(x_{t+1})]; mean_kl_bits averages layers 0..L-1
     (kl_bits[L] = 0 by construction), mean_ce_bits all L + 1; final_ce_bits = E[-log2 p(x_{t+1})] from the
     model's own logits, upcast to float64."""
-    check_vocab(model, data)
-    seq_len = min(seq_len, model.config.max_position_embeddings)
-    _, W_out = interface_matrices(model, float64=True)
-    starts = window_starts(data, positions, seq_len, seed)
+    if batches is None:
+        batches = last_position_states(model, data, positions, seed, seq_len, batch_size)
+    _, W_out = interface_matrices(model, float64=True) if matrices is None else matrices
     kl_sum = ce_sum = final_sum = 0.0
-    for i in range(0, len(starts), batch_size):
-        rows = data.windows(starts[i : i + batch_size], seq_len).to(W_out.device)
-        ids, targets = rows[:, :-1], rows[:, -1]
-        states, logits = residual_states(model, ids)
+    count = 0
+    for states, logits, targets in batches:
         kl, ce = lens_bits(states, W_out, targets)
         kl_sum, ce_sum = kl_sum + kl.sum(1), ce_sum + ce.sum(1)
         final_lp = torch.log_softmax(logits.double(), dim=-1).gather(-1, targets[:, None])
         final_sum += -final_lp.sum().item() / math.log(2)
-    kl_bits, ce_bits = (kl_sum / len(starts)).tolist(), (ce_sum / len(starts)).tolist()
+        count += len(targets)
+    kl_bits, ce_bits = (kl_sum / count).tolist(), (ce_sum / count).tolist()
     return {
         "kl_bits": kl_bits,
         "ce_bits": ce_bits,
         "mean_kl_bits": sum(kl_bits[:-1]) / max(len(kl_bits) - 1, 1),
         "mean_ce_bits": sum(ce_bits) / len(ce_bits),
-        "final_ce_bits": final_sum / len(starts),
+        "final_ce_bits": final_sum / count,
     }
 
 
