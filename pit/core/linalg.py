@@ -94,9 +94,13 @@ def pinv_of_wide(W: torch.Tensor) -> torch.Tensor:
     """pinv(W) (V x d) of a wide W (d x V) from the thin SVD W^T = U S Vh: pinv(W) = U S^-1 Vh.
     Singular values below max(V, d) * eps * s_max count as zero (numpy/torch's default cutoff)."""
     U, S, Vh = thin_svd(W.T)
-    cutoff = max(W.shape) * torch.finfo(S.dtype).eps * S.max()
-    S_inv = torch.where(cutoff < S, 1 / S, torch.zeros_like(S))
-    return (U * S_inv) @ Vh
+    return (U * pinv_singular_values(S, W.shape)) @ Vh
+
+
+def pinv_singular_values(S: torch.Tensor, shape) -> torch.Tensor:
+    """1 / S, with singular values below max(shape) * eps * s_max (numpy/torch's pinv cutoff) mapped to 0."""
+    cutoff = max(shape) * torch.finfo(S.dtype).eps * S.max()
+    return torch.where(cutoff < S, 1 / S, torch.zeros_like(S))
 
 
 def inverse_sqrt_minus_identity(G: torch.Tensor, tol: float = 1e-10, max_terms: int = 40) -> torch.Tensor:

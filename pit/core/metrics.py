@@ -21,7 +21,7 @@ import math
 import numpy as np
 import torch
 
-from pit.core.linalg import single_thread
+from pit.core.linalg import pinv_singular_values, single_thread
 from pit.errors import PitError
 
 CONSISTENCY_KEYS = [
@@ -129,14 +129,13 @@ def interface_metrics(E, W_out) -> dict:
     """Delta_TI, raw and polar anchor agreement, and the direct path's asymmetry for E (V x d), W_out (d x V).
     All from three thin QRs of V x d matrices (joint_frame) and the SVDs of their d x d factors
     R_E = Ue Se Vhe, R_W = Uw Sw Vhw: polar(E) = Q_E Ue Vhe, polar(W_out^T) = Q_W Uw Vhw and
-    pinv(W_out) = Q_W Uw Sw^-1 Vhw (pinv_of_wide's cutoff)."""
+    pinv(W_out) = Q_W Uw Sw^-1 Vhw (with pinv_of_wide's cutoff)."""
     E, W_out = _as_float64(E, W_out)
     Q_E, R_E, Q_W, R_W, M, R_P = joint_frame(E, W_out)
     with single_thread():
         Ue, _, Vhe = torch.linalg.svd(R_E)
         Uw, Sw, Vhw = torch.linalg.svd(R_W)
-    cutoff = max(W_out.shape) * torch.finfo(Sw.dtype).eps * Sw.max()
-    pinv_W = (Uw * torch.where(cutoff < Sw, 1 / Sw, torch.zeros_like(Sw))) @ Vhw
+    pinv_W = (Uw * pinv_singular_values(Sw, W_out.shape)) @ Vhw
     zeros = torch.zeros_like(R_E)
 
     def of_W(X):  # coordinates of Q_W X
