@@ -11,6 +11,7 @@ import torch
 from pit.analysis.diagnostics import diagnose, summary
 from pit.analysis.layerwise import layerwise_consistency, lens_metrics
 from pit.commands import main
+from pit.core import linalg
 from pit.core.interfaces import InterfaceConfig, PITTying
 from pit.core.metrics import anchor_agreement, bigram_fit, interface_metrics
 from pit.data.reader import TokenFile
@@ -96,6 +97,41 @@ def test_small_angles_keep_their_digits_through_the_joint_frame():
     assert m["raw"]["procrustes_error"] == pytest.approx(np_metrics(En, B_out)["procrustes_error"], rel=1e-6)
     A = En @ Wn
     assert m["asymmetry"] == pytest.approx(np.linalg.norm(A - A.T) / np.linalg.norm(A), rel=1e-6)
+
+
+def test_gesvd_equals_torchs_svd_near_the_identity():
+    """The fallback driver on the kind of matrix gesdd once failed on (polar(E)^T polar(W_out^T) of a PIT
+    interface: the identity plus a small perturbation): same factorization as torch's to round-off."""
+    g = torch.Generator().manual_seed(5)
+    A = torch.eye(64, dtype=torch.float64) + 1e-9 * torch.randn(64, 64, generator=g, dtype=torch.float64)
+    U, S, Vh = linalg.svd_gesvd(A)
+    assert U.dtype == S.dtype == Vh.dtype == torch.float64
+    torch.testing.assert_close(S, torch.linalg.svdvals(A), rtol=0, atol=1e-14)
+    torch.testing.assert_close((U * S) @ Vh, A, rtol=0, atol=1e-14)
+    torch.testing.assert_close(U @ Vh, torch.linalg.svd(A).U @ torch.linalg.svd(A).Vh, rtol=0, atol=1e-8)
+    torch.testing.assert_close(U.T @ U, torch.eye(64, dtype=torch.float64), rtol=0, atol=1e-14)
+
+
+def test_metrics_survive_an_svd_that_does_not_converge(monkeypatch, caplog):
+    """LAPACK's gesdd failing to converge (it did at scratch-1.17b's shape, in the paper smoke run) no longer ends
+    the run: the metrics come from gesvd, with a warning. The failure cannot be produced on demand with a small
+    matrix, so torch's SVD is made to raise it here."""
+    g = torch.Generator().manual_seed(3)
+    E = torch.randn(V, D, generator=g, dtype=torch.float64)
+    W = E.T + 0.3 * torch.randn(D, V, generator=g, dtype=torch.float64)
+    expected = interface_metrics(E, W)
+
+    def no_convergence(A, *args, **kwargs):
+        raise torch.linalg.LinAlgError("linalg.svd: The algorithm failed to converge (error code: 1).")
+
+    monkeypatch.setattr(torch.linalg, "svd", no_convergence)
+    with caplog.at_level("WARNING", logger="pit.core.linalg"):
+        m = interface_metrics(E, W)
+    assert "using LAPACK's gesvd instead" in caplog.text
+    for variant in ("raw", "polar"):
+        for key in ("cosine_distance", "procrustes_error", "principal_angle"):
+            assert m[variant][key] == pytest.approx(expected[variant][key], rel=1e-9, abs=1e-13), (variant, key)
+    assert m["asymmetry"] == pytest.approx(expected["asymmetry"], rel=1e-12)
 
 
 def test_transpose_tying_polar_is_zero_raw_is_not():

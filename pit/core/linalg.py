@@ -7,10 +7,15 @@ only multiplied; factorizations are d x d.
 from __future__ import annotations
 
 import contextlib
+import logging
 
+import numpy as np
+import scipy.linalg
 import torch
 
 from pit.errors import PitError
+
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -52,11 +57,29 @@ def orthonormality_error(Z: torch.Tensor) -> float:
     return torch.linalg.matrix_norm(Z64.T @ Z64 - torch.eye(Z.shape[1], dtype=torch.float64, device=Z.device)).item()
 
 
+def small_svd(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A = U diag(S) Vh for a small square A (d x d), on one thread. torch's CPU SVD is LAPACK's divide and conquer
+    (gesdd), which can fail to converge on matrices close to the identity (it did on polar(E)^T polar(W_out^T) of a
+    PIT interface of scratch-1.17b's shape after one step); there the QR-iteration driver gesvd (through SciPy)
+    answers instead. Where gesdd converges the result is torch's, unchanged."""
+    with single_thread():
+        try:
+            return torch.linalg.svd(A)
+        except torch.linalg.LinAlgError as err:
+            log.warning("SVD of a %s matrix: %s; using LAPACK's gesvd instead", tuple(A.shape), str(err).split(":")[0])
+    return svd_gesvd(A)
+
+
+def svd_gesvd(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A = U diag(S) Vh by LAPACK's gesvd (QR iteration: slower than gesdd, and converges where it does not)."""
+    U, S, Vh = scipy.linalg.svd(A.detach().cpu().numpy(), full_matrices=False, lapack_driver="gesvd")
+    return tuple(torch.from_numpy(np.ascontiguousarray(x)).to(A.device) for x in (U, S, Vh))
+
+
 def thin_svd(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A = U diag(S) Vh for a tall A (V x d): thin QR A = Q R, then the SVD of the small R."""
     Q, R = torch.linalg.qr(A)
-    with single_thread():
-        Ur, S, Vh = torch.linalg.svd(R)
+    Ur, S, Vh = small_svd(R)
     return Q @ Ur, S, Vh
 
 

@@ -21,7 +21,7 @@ import math
 import numpy as np
 import torch
 
-from pit.core.linalg import pinv_singular_values, single_thread
+from pit.core.linalg import pinv_singular_values, single_thread, small_svd
 from pit.errors import PitError
 
 CONSISTENCY_KEYS = [
@@ -54,7 +54,7 @@ def procrustes_error(B_in: torch.Tensor, B_out: torch.Tensor) -> float:
     d x d matrix B_in^T B_out = U S Vh. The residual is evaluated directly (one V x d x d product):
     the identity ||B_in||^2 + ||B_out||^2 - 2 ||B_in^T B_out||_* cancels to ~1e-8 relative at best."""
     with single_thread():
-        U, _, Vh = torch.linalg.svd(B_in.T @ B_out)
+        U, _, Vh = small_svd(B_in.T @ B_out)
     return (torch.linalg.matrix_norm(B_in @ (U @ Vh) - B_out) / torch.linalg.matrix_norm(B_out)).item()
 
 
@@ -132,9 +132,8 @@ def interface_metrics(E, W_out) -> dict:
     pinv(W_out) = Q_W Uw Sw^-1 Vhw (with pinv_of_wide's cutoff)."""
     E, W_out = _as_float64(E, W_out)
     Q_E, R_E, Q_W, R_W, M, R_P = joint_frame(E, W_out)
-    with single_thread():
-        Ue, _, Vhe = torch.linalg.svd(R_E)
-        Uw, Sw, Vhw = torch.linalg.svd(R_W)
+    Ue, _, Vhe = small_svd(R_E)
+    Uw, Sw, Vhw = small_svd(R_W)
     pinv_W = (Uw * pinv_singular_values(Sw, W_out.shape)) @ Vhw
     zeros = torch.zeros_like(R_E)
 
