@@ -127,6 +127,7 @@ def test_metrics_survive_an_svd_that_does_not_converge(monkeypatch, caplog):
     monkeypatch.setattr(torch.linalg, "svd", no_convergence)
     with caplog.at_level("WARNING", logger="pit.core.linalg"):
         m = interface_metrics(E, W)
+    assert f"SVD of a ({D}, {D}) matrix: The algorithm failed to converge" in caplog.text
     assert "using LAPACK's gesvd instead" in caplog.text
     for variant in ("raw", "polar"):
         for key in ("cosine_distance", "procrustes_error", "principal_angle"):

@@ -66,7 +66,8 @@ def small_svd(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
         try:
             return torch.linalg.svd(A)
         except torch.linalg.LinAlgError as err:
-            log.warning("SVD of a %s matrix: %s; using LAPACK's gesvd instead", tuple(A.shape), str(err).split(":")[0])
+            reason = str(err).split(":", 1)[-1].strip()
+            log.warning("SVD of a %s matrix: %s; using LAPACK's gesvd instead", tuple(A.shape), reason)
     return svd_gesvd(A)
 
 
