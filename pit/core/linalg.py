@@ -59,16 +59,33 @@ def orthonormality_error(Z: torch.Tensor) -> float:
 
 def small_svd(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A = U diag(S) Vh for a small square A (d x d), on one thread. torch's CPU SVD is LAPACK's divide and conquer
-    (gesdd), which can fail to converge on matrices close to the identity (it did on polar(E)^T polar(W_out^T) of a
-    PIT interface of scratch-1.17b's shape after one step); there the QR-iteration driver gesvd (through SciPy)
-    answers instead. Where gesdd converges the result is torch's, unchanged."""
+    (gesdd), which on matrices very close to the identity can fail to converge (polar(E)^T polar(W_out^T) of a PIT
+    interface of scratch-1.17b's shape) or, worse, return factors that are not an SVD at all (the same matrix of a
+    TT interface at Cerebras-GPT-1.3B's shape: U^T U off the identity by 2 in Frobenius norm, and a Procrustes error
+    of 0.046 where the exact one is 0). So the factors are checked (svd_defect) and, where gesdd failed, the SVD is
+    redone with the QR-iteration driver gesvd (through SciPy), with a warning. Otherwise the result is torch's."""
     with single_thread():
         try:
-            return torch.linalg.svd(A)
+            U, S, Vh = torch.linalg.svd(A)
+            problem = svd_defect(A, U, S, Vh)
         except torch.linalg.LinAlgError as err:
-            reason = str(err).split(":", 1)[-1].strip()
-            log.warning("SVD of a %s matrix: %s; using LAPACK's gesvd instead", tuple(A.shape), reason)
+            problem = str(err).split(":", 1)[-1].strip()
+        if problem is None:
+            return U, S, Vh
+    log.warning("SVD of a %s matrix: %s; using LAPACK's gesvd instead", tuple(A.shape), problem)
     return svd_gesvd(A)
+
+
+def svd_defect(A, U, S, Vh) -> str | None:
+    """None when U, Vh are orthonormal and U diag(S) Vh reproduces A, both to sqrt(eps) (a backward-stable SVD
+    is ~d eps off); otherwise what is wrong."""
+    tol = torch.finfo(A.dtype).eps ** 0.5
+    eye = torch.eye(A.shape[0], dtype=A.dtype, device=A.device)
+    orth = max((U.T @ U - eye).abs().max().item(), (Vh @ Vh.T - eye).abs().max().item())
+    recon = (torch.linalg.matrix_norm((U * S) @ Vh - A) / torch.linalg.matrix_norm(A).clamp(min=1e-300)).item()
+    if orth <= tol and recon <= tol:
+        return None
+    return f"the factors are off (orthonormality {orth:.3g}, reconstruction {recon:.3g}; tolerance {tol:.3g})"
 
 
 def svd_gesvd(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
