@@ -1,6 +1,6 @@
 """The paper smoke profile (config/paper-smoke.yaml): its hub-format fixtures go through the hub code paths, it
 changes only budgets, sources and devices of config/paper.yaml, and the optimizer it substitutes where AdamW does
-not fit in memory trains and resumes like AdamW. The run itself (`bash scripts/paper_smoke.sh`, about 2.5 h on 2
+not fit in memory trains and resumes like AdamW. The run itself (`bash scripts/paper_smoke.sh`, 2h06m on 2
 cores) is documented in docs/workflow.md, with its last result."""
 
 import json
