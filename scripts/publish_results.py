@@ -1,10 +1,14 @@
 """Copy a finished pipeline run's tables, figures and REPORT.md into the repository, with what produced them.
 
-    python scripts/publish_results.py --results results --profile study --wall-time-s 3120 --out docs/results/study
+    python scripts/publish_results.py --results results --profile study --wall-time-s 3120 --out docs/results/study \
+        --dvc-lock dvc.lock --summary-into docs/study.md
 
-Writes <out>/REPORT.md, <out>/tables/*.{md,csv,tex}, <out>/figures/*.png and <out>/README.md (the commit the run
-was made from, the profile, its wall time, the machine). REPORT.md links its figures relative to itself, so the
-copied report reads the same as the original.
+Writes <out>/REPORT.md, <out>/tables/*.{md,csv,tex} (the claims' per-seed table claims_seeds.csv among them),
+<out>/figures/*.png, <out>/dvc.lock (with --dvc-lock: the lock `dvc commit` wrote for the run) and <out>/README.md
+(the commit the run was made from, the profile, its wall time, the machine); everything else in <out> is removed, so
+nothing stale stays. With --summary-into, the claims summary (pit.reporting.claims.summary_markdown) replaces the
+text between `<!-- summary:start -->` and `<!-- summary:end -->` of that file. REPORT.md links its figures relative
+to itself, so the copied report reads the same as the original.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ def cpu_model() -> str:
 
 def copy_outputs(results: Path, out: Path) -> list[str]:
     """REPORT.md, tables/, figures/ of `results` into `out` (replacing what was there); the copied names."""
+    for stale in out.iterdir():
+        shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
     copied = []
     for sub, patterns in (("tables", ("*.md", "*.csv", "*.tex")), ("figures", ("*.png",))):
         target = out / sub
@@ -50,6 +56,23 @@ def copy_outputs(results: Path, out: Path) -> list[str]:
     return ["REPORT.md", *copied]
 
 
+def write_summary(claims_csv: Path, doc: Path, out: Path) -> None:
+    """Replace the text between the summary markers of `doc` with the claims summary of `claims_csv`."""
+    import pandas as pd
+
+    from pit.reporting.claims import summary_markdown
+
+    table = pd.read_csv(claims_csv).fillna({"lora": ""})
+    start, end = "<!-- summary:start -->", "<!-- summary:end -->"
+    text = doc.read_text()
+    if start not in text or end not in text:
+        raise SystemExit(f"{doc}: expected the markers {start} and {end}")
+    link = os.path.relpath(out / "README.md", doc.parent)
+    body = f"Summary of the committed run ([its provenance]({link})):\n\n{summary_markdown(table).strip()}"
+    head, rest = text.split(start, 1)
+    doc.write_text(f"{head}{start}\n{body}\n{end}{rest.split(end, 1)[1]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", default="results", help="the run's results folder")
@@ -57,10 +80,17 @@ def main() -> None:
     parser.add_argument("--wall-time-s", type=float, required=True, help="wall time of the whole run (seconds)")
     parser.add_argument("--command", default=None, help="the command that made the run (shown in README.md)")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--dvc-lock", help="the dvc.lock DVC wrote for this run (copied to <out>/dvc.lock)")
+    parser.add_argument("--summary-into", help="a Markdown file whose summary markers get the claims summary")
     args = parser.parse_args()
     results, out = Path(args.results), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     files = copy_outputs(results, out)
+    if args.dvc_lock:
+        shutil.copy2(args.dvc_lock, out / "dvc.lock")
+        files.append("dvc.lock")
+    if args.summary_into:
+        write_summary(results / "tables" / "claims.csv", Path(args.summary_into), out)
     command = args.command or f"snakemake --cores all --configfile config/{args.profile}.yaml"
     minutes = args.wall_time_s / 60
     lines = [
@@ -71,7 +101,9 @@ def main() -> None:
         f"Python {platform.python_version()}.",
         f"- Published {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `scripts/publish_results.py`.",
         "",
-        "Read [REPORT.md](REPORT.md) first: it opens with the claims table. Files:",
+        "Read [REPORT.md](REPORT.md) first: it opens with the summary of the claims, then the claims table. "
+        "`python scripts/check_claims.py tables/claims.csv` recomputes every claims row from "
+        "`tables/claims_seeds.csv`. Files:",
         "",
         *(f"- [{name}]({name})" for name in files),
         "",

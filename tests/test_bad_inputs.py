@@ -203,7 +203,7 @@ NOT_PROFILE_KEYS = {
     "train": {"mode", "model", "train_data", "val_data", "tokenizer", "interface", "seq_len", "run_name", "tags"}
     | {"mlflow", "threads", "stop_after_steps"},
     "lora": {"base", "task", "source", "val_data", "side_effect_seq_len", "run_name", "tags", "mlflow", "threads"}
-    | {"stop_after_steps"},
+    | {"stop_after_steps", "frontier_lrs", "frontier_eval_limit"},  # posttrain.frontier_lrs, posttrain.evaluate.limit
 }
 
 

@@ -1,171 +1,299 @@
-"""The claims table (pit/reporting/claims.py): synthetic run folders with known effects give known verdicts,
-the intervals match a hand computation, and `pit table claims` / `pit figure claims` write their files."""
+"""The claims table (pit/reporting/claims.py, per_seed.py, stats.py): one test per verdict kind on synthetic
+per-seed tables, the statistics against hand computations, the curve metrics on curves with known shape, the
+per-seed table read from run folders, and an independent recomputation (scripts/check_claims.py) of the CLI's
+claims.csv."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from scipy.stats import t
 
+from pit.analysis.curves import early_rise, max_rise, spikes
 from pit.commands import main
 from pit.io import write_json, write_text
-from pit.reporting.claims import CLAIMS, GROUPS, claims_table, early_rise, t_interval
-from pit.reporting.report import claims_section
+from pit.reporting.claims import GROUPS, claims_from_seeds, summary, summary_markdown, verdict_kind
+from pit.reporting.per_seed import COLUMNS, kl_at_gain, per_seed_table
+from pit.reporting.report import claims_section, claims_summary
+from pit.reporting.stats import holm, sign_flip_p, t_interval, t_test_p
 
-SLOTS = {"teacher": "256m", "scratch": "303m"}
-# per mode, arm - TT of the final train loss per seed 0, 1, 2: teacher PIT lower (the paper's side: supported),
-# scratch PIT lower too (the paper says TT lower: contradicted)
-LOSS_DIFF = {("teacher", "pit"): [-0.5, -0.6, -0.55], ("scratch", "pit"): [-0.4, -0.5, -0.45]}
-VAL_DIFF = {("teacher", "pit"): [-0.5, -0.6, -0.55], ("scratch", "pit"): [0.3, -0.3, 0.02]}  # scratch: noisy zero
-TT_LOSS = [3.0, 3.2, 3.1]
+ROOT = Path(__file__).resolve().parents[1]
+LOG_V, ENTROPY = math.log(4096), 6.4
 
 
-def loss_rows(mode: str, arm: str, seed: int, steps: int = 20) -> list[dict]:
-    """Loss from 5.0 falling; TT (teacher mode) rises by 0.8 at step 2, PIT by 0.1; PIT also jumps by 3.0 at step
-    10, outside the first 10% of steps, which the early-rise metric must not see."""
+def seeds_table(values: dict, context: dict | None = None, slot: str = "303m") -> pd.DataFrame:
+    """A per-seed table: values[(mode, lora, metric)][arm] = per-seed list; every arm of every mode also gets a
+    healthy pretraining context (val loss 4, first loss 8, the entropy and ln V), overridden by `context`."""
     rows = []
-    for step in range(1, steps + 1):
-        loss = 5.0 - 0.05 * step
-        if step == 2 and mode == "teacher":
-            loss = 5.0 + {"tt": 0.8 + 0.01 * seed, "pit": 0.1 + 0.01 * seed}.get(arm, 0.4)
-        if step == 10 and arm == "pit":
-            loss += 3.0
-        delta = 1e-6 if arm == "pit" else 2.0 + 0.1 * seed + 0.01 * step
-        rows.append({"step": step, "tokens": 128 * step, "loss": loss, "delta_ti": delta})
-    return rows
+    arms = {(mode, arm) for (mode, _, _), by_arm in values.items() for arm in by_arm}
+    ctx = {"val_loss": 4.0, "first_loss": 8.0, "unigram_entropy": ENTROPY, "log_vocab": LOG_V, "lr": 3e-3}
+    for mode, arm in arms:
+        n = max(len(v) for (m, _, _), by_arm in values.items() if m == mode for v in by_arm.values())
+        for metric, value in {**ctx, **(context or {}).get((mode, arm), {})}.items():
+            if ("", metric) not in [(lo, me) for (m, lo, me) in values if m == mode]:
+                rows += [(mode, slot, slot, "", arm, s, metric, value) for s in range(n)]
+    for (mode, lora, metric), by_arm in values.items():
+        for arm, vals in by_arm.items():
+            rows += [(mode, slot, slot, lora, arm, s, metric, v) for s, v in enumerate(vals)]
+    return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def arm_value(table: dict, mode: str, arm: str, seed: int) -> float:
-    if arm == "tt":
-        return TT_LOSS[seed]
-    return TT_LOSS[seed] + table.get((mode, arm), [0.1, 0.2, 0.15])[seed]  # untied: above TT
+def the_row(table: pd.DataFrame, claim: str, arm: str = "pit", lora: str = "") -> pd.Series:
+    hit = table[(table["claim"] == claim) & (table["arm"] == arm) & (table["lora"] == lora)]
+    assert len(hit) == 1, table[["claim", "arm", "lora", "verdict"]]
+    return hit.iloc[0]
 
 
-def write_run(root: Path, mode: str, arm: str, seed: int, tasks: dict[str, float]) -> None:
-    """pretrain/, diagnostics/ and posttrain/ files of one run (seed folder layout); `tasks`: LoRA task -> NLL."""
-    where = Path(mode, SLOTS[mode], arm, f"seed{seed}")
-    final, val = arm_value(LOSS_DIFF, mode, arm, seed), arm_value(VAL_DIFF, mode, arm, seed) + 0.1
-    rows = loss_rows(mode, arm, seed)
-    write_json(
-        root / "pretrain" / where / "summary.json",
-        {"first_step_loss": 5.0, "final_train_loss": final, "val_loss": val, "steps": len(rows)},
-    )
-    write_text(root / "pretrain" / where / "metrics.jsonl", "".join(f"{json.dumps(r)}\n" for r in rows))
-    cosine = 0.0 if arm == "pit" else 0.06 + 0.01 * seed
-    write_json(
-        root / "diagnostics" / where / "diagnostics.json",
-        {"delta_ti": rows[-1]["delta_ti"], "raw": {"cosine_distance": cosine}},
-    )
-    for task, nll in tasks.items():
-        folder = root / "posttrain" / where / task
-        kl = (0.01 if arm == "pit" else 0.05) + 0.001 * seed
-        write_json(
-            folder / "side_effects.json",
-            {"kl": kl, "val_loss_change": 10 * kl, "embedding_change": 0.0, "head_change": 0.0},
+# ---- statistics -----------------------------------------------------------------------------------------------
+def test_holm_equals_a_hand_computation():
+    p = [0.01, 0.04, 0.03, 0.005, math.nan]
+    # sorted: 0.005 (x4 = 0.02), 0.01 (x3 = 0.03), 0.03 (x2 = 0.06), 0.04 (x1 = 0.04 -> running max 0.06)
+    assert holm(p)[:4] == pytest.approx([0.03, 0.06, 0.06, 0.02]) and math.isnan(holm(p)[4])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1, monotone in the sorted order
+
+
+def test_t_test_interval_and_sign_flip_against_hand_and_scipy():
+    x = [0.3, 0.5, 0.4, 0.45, 0.35]
+    mean, sd = np.mean(x), np.std(x, ddof=1)
+    assert t_interval(x) == pytest.approx((mean, t.ppf(0.975, 4) * sd / math.sqrt(5)))
+    from scipy.stats import ttest_1samp
+
+    assert t_test_p(x) == pytest.approx(ttest_1samp(x, 0).pvalue, rel=1e-12)
+    assert t_test_p([2.0, 2.0, 2.0]) == 0.0 and t_test_p([0.0, 0.0]) == 1.0 and math.isnan(t_test_p([1.0]))
+    y = [1.0, 2.0, 3.0, 4.0, 5.0, -0.5]
+    signs = np.array(list(itertools.product([1, -1], repeat=6)))
+    expected = np.mean(np.abs(signs @ np.array(y)) >= abs(sum(y)) - 1e-12)
+    assert sign_flip_p(y) == pytest.approx(expected) and sign_flip_p(y) == pytest.approx(4 / 64)
+    assert math.isnan(sign_flip_p(x))  # n = 5 < 6: no permutation p
+
+
+# ---- curve metrics ------------------------------------------------------------------------------------------------
+def test_smoothed_early_rise_is_zero_on_flat_noisy_curves_and_sees_a_real_bump():
+    rng = np.random.default_rng(0)
+    excess = [early_rise(4.0 + rng.normal(0, 0.2, 1000))["early_rise_excess"] for _ in range(40)]
+    assert np.mean(excess) < 0.01 and np.median(excess) == 0.0  # ~0: batch noise alone makes no rise
+    raw_rise = [max(c[:100] - c[0]) for c in (4.0 + rng.normal(0, 0.2, (40, 1000)))]
+    assert np.mean(raw_rise) > 0.4  # the old max-minus-first metric: positive from noise alone
+    bump = 4.0 + rng.normal(0, 0.2, 1000)
+    bump[20:60] += 1.0  # a rise of one nat for 40 steps inside the first 10%
+    m = early_rise(bump)
+    assert m["early_rise"] > 0.8 and m["early_rise_excess"] > 0.5 and m["loss_noise"] == pytest.approx(0.2, rel=0.2)
+    falling = 8.3 * np.exp(-np.arange(1000) / 100) + 3 + rng.normal(0, 0.2, 1000)  # from ln V down
+    assert early_rise(falling)["early_rise_excess"] == 0.0
+
+
+def test_spikes_and_max_rise_count_real_excursions_only():
+    rng = np.random.default_rng(1)
+    flat = 4.0 + rng.normal(0, 0.2, 400)
+    assert spikes(flat, warmup=20) == 0
+    spiky = flat.copy()
+    spiky[[100, 101, 250]] += 3.0  # two episodes
+    spiky[300] = math.nan  # a non-finite step is a skipped step, not a spike
+    assert spikes(spiky, warmup=20) == 2
+    ramp = np.concatenate([np.linspace(6, 4, 200), np.linspace(4, 5, 100), np.full(100, 5.0)])
+    assert max_rise(ramp, warmup=20) == pytest.approx(1.0, abs=0.03)  # the smoothed minimum sits a little above 4
+
+
+# ---- one test per verdict kind -------------------------------------------------------------------------------------
+def test_structural_rows_hold_by_construction_and_polar_is_not_testable():
+    table = claims_from_seeds(
+        seeds_table(
+            {
+                ("scratch", "", "max_delta_ti"): {"pit": [1e-6] * 3, "tt": [2e3, 2.1e3, 2.2e3]},
+                ("scratch", "", "raw_cosine"): {"pit": [1e-16] * 3, "tt": [0.5, 0.52, 0.51]},
+                ("scratch", "", "polar_cosine"): {"pit": [5e-17] * 3, "tt": [6e-17] * 3},
+            }
         )
-        score = "pass@1" if task == "mbpp" else "accuracy"
-        write_json(folder / "eval" / f"{task}.json", {"task": task, score: 0.0, "n": 20, "nll": nll + 0.01 * seed})
-        write_json(folder / "base" / f"{task}.json", {"task": task, score: 0.0, "n": 20, "nll": 2.0})
+    )
+    for claim in ("interface_max_delta_ti", "interface_raw_cosine"):
+        r = the_row(table, claim)
+        assert r["verdict"] == "holds by construction" and r["evidence"] == "construction" and math.isnan(r["p_holm"])
+    assert the_row(table, "interface_polar_cosine")["verdict"].startswith("not testable: PIT and exact TT both read 0")
 
 
-def nll_of(mode: str, arm: str) -> float:
-    """LoRA NLL: PIT 0.3 below TT in both modes (teacher: the paper's side; scratch: the other side)."""
-    return {"pit": 1.2, "tt": 1.5}.get(arm, 1.6)
+def test_not_specific_to_pit_when_the_untied_control_shows_the_same_effect():
+    lens = {"pit": [0.30, 0.32, 0.31, 0.29, 0.30], "tt": [0.70, 0.71, 0.69, 0.70, 0.72]}
+    control = {**lens, "untied": [0.20, 0.21, 0.19, 0.22, 0.20]}  # no tying at all, even lower
+    alone = {**lens, "untied": [0.71, 0.69, 0.70, 0.72, 0.70]}  # untied = TT
+    r = the_row(claims_from_seeds(seeds_table({("scratch", "", "lens_kl_ratio"): control})), "lens_kl_ratio")
+    assert r["verdict"].startswith("not specific to PIT: untied - TT = -0.5") and r["untied_p"] < 0.05
+    assert (
+        the_row(claims_from_seeds(seeds_table({("scratch", "", "lens_kl_ratio"): alone})), "lens_kl_ratio")["verdict"]
+        == "supported"
+    )
+    # a claim without the control rule keeps `supported` when untied shares the effect (the loss claims)
+    loss = {"pit": [3.5, 3.6, 3.55], "tt": [4.0, 4.1, 4.05], "untied": [3.4, 3.5, 3.45]}
+    r = the_row(claims_from_seeds(seeds_table({("teacher", "", "val_loss"): loss})), "teacher_val_loss")
+    assert r["verdict"] == "supported"
+
+
+@pytest.mark.parametrize(
+    "context, why",
+    [
+        ({"val_loss": 6.5}, "pit: validation loss 6.500 >= the unigram entropy 6.400"),
+        ({"val_loss": LOG_V - 0.05, "unigram_entropy": 9.0}, "within 0.1 nats of ln V"),
+    ],
+)
+def test_degenerate_models_never_give_a_supported_row(context, why):
+    values = {("scratch", "", "lens_kl_ratio"): {"pit": [0.1, 0.11, 0.1], "tt": [0.7, 0.71, 0.69]}}
+    table = claims_from_seeds(seeds_table(values, {("scratch", "pit"): context}))
+    r = the_row(table, "lens_kl_ratio")
+    assert r["verdict"].startswith("degenerate: ") and why in r["verdict"], r["verdict"]
+    assert r["p"] < 0.05 and not math.isnan(r["p_holm"])  # tested (in the Holm family), not supported
+    assert the_row(claims_from_seeds(seeds_table(values)), "lens_kl_ratio")["verdict"] == "supported"
+
+
+def test_early_rise_degenerate_start_premise_and_control_columns():
+    rise = {("teacher", "", "early_rise_excess"): {"pit": [0.0] * 3, "tt": [0.3, 0.0, 0.4], "tt-norewarm": [0.0] * 3}}
+    table = claims_from_seeds(seeds_table(rise, {("teacher", "pit"): {"first_loss": LOG_V - 0.02}}))
+    r = the_row(table, "teacher_early_rise")
+    assert r["verdict"].startswith("degenerate: pit: starts at loss") and r["control"] == "tt-norewarm"
+    assert r["control_diff"] == pytest.approx(-0.7 / 3)
+    flat = {("teacher", "", "early_rise_excess"): {"pit": [0.1, 0.0, 0.0], "tt": [0.0] * 3}}
+    r = the_row(claims_from_seeds(seeds_table(flat)), "teacher_early_rise")
+    assert r["verdict"].startswith("not testable: TT shows no early rise above its noise floor")
+
+
+def test_holm_decides_the_verdict_over_every_tested_row():
+    # a p of ~0.02 alone is supported; among ten tested rows with large p it is not (Holm: 0.02 x 10 > 0.05)
+    weak = {"pit": [-0.05, -0.4, -0.2, -0.3, -0.05], "tt": [0.0] * 5}  # t-test p = 0.042
+    alone = claims_from_seeds(seeds_table({("teacher", "", "val_loss"): weak}))
+    assert the_row(alone, "teacher_val_loss")["verdict"] == "supported"
+    noisy = {f"pit-{k}": [0.3, -0.4, 0.1, -0.2, 0.25] for k in "abcdefghi"}
+    crowd = claims_from_seeds(seeds_table({("teacher", "", "val_loss"): {**weak, **noisy}}))
+    r = the_row(crowd, "teacher_val_loss")
+    tested = crowd[crowd["p"].notna()]
+    assert len(tested) == 10 and r["p_holm"] == pytest.approx(min(1.0, 10 * r["p"]))
+    assert r["p"] < 0.05 and r["verdict"] == "inconclusive"
+    assert r["evidence"] == "paired test, 5 seeds, Holm-adjusted"
+
+
+def test_constant_one_seed_missing_and_contradicted():
+    values = {
+        ("teacher", "mbpp", "indomain_score"): {"pit": [0.0] * 3, "tt": [0.0] * 3},
+        ("teacher", "", "val_loss"): {"pit": [4.9, 5.0, 4.95], "tt": [4.0, 4.1, 4.05]},
+        ("scratch", "", "val_loss"): {"pit": [4.2], "tt": [4.0]},
+    }
+    table = claims_from_seeds(seeds_table(values))
+    assert the_row(table, "teacher_posttrain_score", lora="mbpp")["verdict"] == (
+        "not testable: every seed of both arms reads 0"
+    )
+    assert the_row(table, "teacher_val_loss")["verdict"] == "contradicted"
+    assert the_row(table, "scratch_val_loss")["verdict"] == "n = 1, no interval"
+    s = summary(table)
+    assert s.set_index("claim").loc["teacher_val_loss", "verdict"] == "contradicted"
+    assert "pit - TT = 0.9 [" in s.set_index("claim").loc["teacher_val_loss", "effect"]
+    assert verdict_kind("degenerate: pit: x") == "degenerate"
+
+
+def test_matched_gain_interpolation():
+    assert kl_at_gain([(0.2, 0.1), (0.6, 0.5)], 0.4) == pytest.approx(0.3)
+    assert kl_at_gain([(0.2, 0.1)], 0.1) == pytest.approx(0.05)  # through (0, 0)
+    assert math.isnan(kl_at_gain([(0.2, 0.1)], 0.3))
+
+
+# ---- from run folders, through the CLI, recomputed independently ----------------------------------------------------
+def write_run(root: Path, mode: str, arm: str, seed: int, shift: float) -> None:
+    """A run's pretrain/, diagnostics/ and posttrain/ files with effects of known sign (`shift` = arm - TT)."""
+    where = Path(mode, "303m", arm, f"seed{seed}")
+    rng = np.random.default_rng([seed, len(arm)])
+    losses = 8.0 * np.exp(-np.arange(60) / 15) + 3.5 + shift + rng.normal(0, 0.1, 60)
+    rows = [{"step": s + 1, "loss": float(v), "delta_ti": 1e-6 if arm.startswith("pit") else 9.0} for s, v in
+            enumerate(losses)]  # fmt: skip
+    rows[29]["val_loss"] = 5.0 + shift
+    summary = {"first_step_loss": float(losses[0]), "final_train_loss": 3.5 + shift, "steps": 60}
+    write_json(root / "pretrain" / where / "summary.json", {**summary, "val_loss": 4.0 + shift + 0.01 * seed})
+    write_json(root / "pretrain" / where / "run.json",
+               {"params": {"vocab_size": 4096, "train": {"lr": 3e-3, "warmup_steps": 5, "tags": {}}}})  # fmt: skip
+    write_text(root / "pretrain" / where / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    cosine = 0.0 if arm.startswith("pit") else 0.5
+    lens = {"kl_ratio": 0.3 + shift + 0.01 * seed, "ce_gap": 0.4 + shift, "mean_kl_bits": 1.0, "mean_ce_bits": 9.0}
+    write_json(root / "diagnostics" / where / "diagnostics.json",
+               {"raw": {"cosine_distance": cosine}, "polar": {"cosine_distance": 0.0}, "lens": lens})  # fmt: skip
+    for task, ood in (("mbpp", "humaneval"), ("gsm8k", "svamp")):
+        folder = root / "posttrain" / where / task
+        kl = 0.2 + shift + 0.01 * seed
+        write_json(folder / "side_effects.json", {"kl": kl, "val_loss_change": kl / 2})
+        for sub, nll in (("eval", 2.0), ("base", 2.5)):
+            for name in (task, ood):
+                key = "pass@1" if name in ("mbpp", "humaneval") else "accuracy"
+                write_json(folder / sub / f"{name}.json", {"task": name, key: 0.0, "n": 5, "nll": nll + 0.01 * seed})
+        rates = ((1e-3, 0.2), (1e-2, 0.9))
+        points = [{"lr": lr, "gain": g, "kl": g * kl / 0.5, "val_loss_change": 0.0} for lr, g in rates]
+        write_json(folder / "frontier.json", {"lora_lr": 3e-3, "points": points})
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("results")
+    shifts = {"tt": 0.0, "pit": -0.2, "untied": 0.05}
     for mode in ("teacher", "scratch"):
-        for arm in ("tt", "pit", "untied"):
-            for seed in (0, 1, 2):
-                write_run(root, mode, arm, seed, {"mbpp": nll_of(mode, arm), "gsm8k": nll_of(mode, arm)})
+        for arm, shift in shifts.items():
+            for seed in range(3):
+                write_run(root, mode, arm, seed, shift)
     return root
 
 
-@pytest.fixture(scope="module")
-def table(results) -> pd.DataFrame:
-    return claims_table(results)
+def test_per_seed_table_from_run_folders(results):
+    seeds = per_seed_table(results)
+    assert list(seeds.columns) == COLUMNS
+    get = seeds.set_index(["mode", "lora", "arm", "seed", "metric"])["value"]
+    assert get[("teacher", "", "pit", 1, "val_loss")] == pytest.approx(3.81)
+    assert get[("teacher", "", "pit", 0, "val_loss@30")] == pytest.approx(4.8)
+    assert get[("scratch", "mbpp", "tt", 0, "gain")] == pytest.approx(0.5)
+    assert get[("scratch", "mbpp", "tt", 0, "kl_per_gain")] == pytest.approx(0.4)
+    assert get[("scratch", "mbpp", "tt", 0, "transfer_nll_change")] == pytest.approx(-0.5)
+    # matched gain: the smallest of the arm-seeds' largest gains (0.9 each) -> KL on each run's curve at 0.9
+    assert get[("scratch", "mbpp", "pit", 0, "matched_gain")] == pytest.approx(0.9)
+    assert get[("scratch", "mbpp", "pit", 0, "kl_at_matched_gain")] == pytest.approx(0.9 * 0.0 / 0.5)
+    assert get[("scratch", "mbpp", "tt", 0, "kl_at_matched_gain")] == pytest.approx(0.9 * 0.2 / 0.5)
+    assert math.isnan(get[("teacher", "", "tt", 0, "unigram_entropy")])  # no validation file recorded
 
 
-def row(df: pd.DataFrame, claim: str, mode: str, lora: str = "") -> pd.Series:
-    hit = df[(df["claim"] == claim) & (df["mode"] == mode) & (df["lora"] == lora) & (df["arm"] == "pit")]
-    assert len(hit) == 1, (claim, mode, lora, df[["claim", "mode", "lora", "arm"]])
-    return hit.iloc[0]
-
-
-def test_known_effects_give_known_verdicts(table):
-    assert row(table, "teacher_final_train_loss", "teacher")["verdict"] == "supported"
-    assert row(table, "teacher_val_loss", "teacher")["verdict"] == "supported"
-    assert row(table, "scratch_final_train_loss", "scratch")["verdict"] == "contradicted"
-    assert row(table, "scratch_val_loss", "scratch")["verdict"] == "inconclusive"
-    assert row(table, "teacher_early_rise", "teacher")["verdict"] == "supported"
-    for mode in ("teacher", "scratch"):
-        assert row(table, "interface_max_delta_ti", mode)["verdict"] == "supported"
-        assert row(table, "interface_raw_cosine", mode)["verdict"] == "supported"
-        assert row(table, "lens_mean_kl", mode)["verdict"].startswith("not measured: lens KL")  # field absent
-        for task in ("mbpp", "gsm8k"):
-            assert row(table, "side_effect_kl", mode, task)["verdict"] == "supported"
-            assert row(table, "side_effect_val_loss", mode, task)["verdict"] == "supported"
-            assert row(table, f"{mode}_posttrain_score", mode, task)["verdict"] == (
-                "not testable: every seed of both arms reads 0"
-            )
-        assert row(table, "teacher_posttrain_nll", "teacher", "mbpp")["verdict"] == "supported"
-        assert row(table, "scratch_posttrain_nll", "scratch", "gsm8k")["verdict"] == "contradicted"
-    assert set(table["claim"]) == {c.id for c in CLAIMS}
-    assert (table["n"][~table["verdict"].str.startswith("not ")] == 3).all()
-
-
-def test_interval_equals_a_hand_computation(table):
-    r = row(table, "teacher_final_train_loss", "teacher")
-    diffs = LOSS_DIFF[("teacher", "pit")]
-    mean = sum(diffs) / 3
-    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / 2)
-    half = t.ppf(0.975, 2) * sd / math.sqrt(3)
-    assert r["diff"] == pytest.approx(mean, abs=1e-12)
-    assert r["diff_ci_low"] == pytest.approx(mean - half, abs=1e-12)
-    assert r["diff_ci_high"] == pytest.approx(mean + half, abs=1e-12)
-    assert half == pytest.approx(4.302652729911275 * 0.05 / math.sqrt(3), abs=1e-9)  # sd of (-.5, -.6, -.55)
-    pit = [a + d for a, d in zip(TT_LOSS, diffs, strict=True)]
-    assert (r["arm_mean"], r["arm_ci"]) == pytest.approx(t_interval(pit))
-    assert r["tt_mean"] == pytest.approx(3.1) and r["tt_ci"] == pytest.approx(t.ppf(0.975, 2) * 0.1 / math.sqrt(3))
-    assert r["untied_diff"] == pytest.approx(0.15) and r["untied_ci"] == pytest.approx(t_interval([0.1, 0.2, 0.15])[1])
-    assert row(table, "teacher_early_rise", "teacher")["arm_mean"] == pytest.approx(0.16)  # 5.1 + 0.01 seed - 4.95
-
-
-def test_early_rise_window_and_one_seed_and_missing_arms(tmp_path):
-    rows = [{"step": s, "loss": v} for s, v in enumerate([2.0, 2.5, 1.0, 9.0, 0.5, 0.4, 0.3, 0.2, 0.1, 0.1, 0.1], 1)]
-    assert early_rise(rows) == pytest.approx(0.5)  # T = 11 -> window ceil(1.1) = 2 steps
-    write_run(tmp_path, "teacher", "tt", 0, {})
-    write_run(tmp_path, "teacher", "pit", 0, {})
-    write_run(tmp_path, "scratch", "pit", 0, {})  # no TT in scratch mode
-    df = claims_table(tmp_path)
-    one = row(df, "teacher_final_train_loss", "teacher")
-    assert one["verdict"] == "n = 1, no interval" and one["n"] == 1 and math.isnan(one["diff_ci_low"])
-    assert one["diff"] == pytest.approx(-0.5)
-    assert row(df, "scratch_val_loss", "scratch")["verdict"] == "not testable: no TT runs"
-    assert row(df, "side_effect_kl", "teacher")["verdict"] == "not measured: no posttrain runs of pit"
-
-
-def test_cli_writes_the_table_the_figures_and_the_report_section(results, tmp_path, capsys):
+def test_cli_tables_figures_report_and_an_independent_recomputation(results, tmp_path):
     out = tmp_path / "tables" / "claims"
     assert main(["table", "claims", "--runs", str(results), "--profile", "study", "--out", str(out)]) == 0
-    md = out.with_suffix(".md").read_text()
-    assert "paired Student-t" in md and "| verdict" in md.splitlines()[2] and "supported" in md
-    assert "paired Student-t" in out.with_suffix(".tex").read_text()
-    csv = pd.read_csv(out.with_suffix(".csv"), comment="#")
-    assert {"claim", "paper", "diff_ci_low", "diff_ci_high", "untied_diff", "verdict"} <= set(csv.columns)
+    seeds = pd.read_csv(f"{out}_seeds.csv")
+    table = pd.read_csv(out.with_suffix(".csv")).fillna({"lora": ""})
+    assert list(seeds.columns) == COLUMNS and {"p", "p_holm", "p_perm", "evidence", "untied_p"} <= set(table.columns)
+    assert the_row(table, "teacher_val_loss")["verdict"] == "supported"
+    teacher = table[table["mode"] == "teacher"]
+    assert the_row(teacher, "side_effect_kl_per_gain", lora="mbpp")["verdict"] == "supported"
+    check = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_claims.py"), f"{out}.csv"],
+                           capture_output=True, text=True)  # fmt: skip
+    assert check.returncode == 0 and f"{len(table)} rows checked" in check.stdout and "0 mismatches" in check.stdout
+    broken = table.copy()
+    broken.loc[0, "diff"] = 99.0
+    broken.to_csv(tmp_path / "tables" / "forged.csv", index=False)
+    (tmp_path / "tables" / "forged_seeds.csv").write_text(Path(f"{out}_seeds.csv").read_text())
+    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_claims.py"), str(tmp_path / "tables" /
+                          "forged.csv")], capture_output=True, text=True)  # fmt: skip
+    assert bad.returncode == 1 and "1 mismatches" in bad.stdout
+    for name in ("stability", "teacher_gap", "frontier"):
+        assert main(["table", name, "--runs", str(results), "--profile", "study", "--out", str(tmp_path / name)]) == 0
+    gap = pd.read_csv(tmp_path / "teacher_gap.csv")
+    assert gap[(gap["arm"] == "pit") & (gap["step"] == 30)]["gap"].iloc[0] == pytest.approx(-0.2)
     figs = tmp_path / "figures"
-    assert main(["figure", "claims", "--runs", str(results), "--profile", "study", "--out-dir", str(figs)]) == 0
-    assert sorted(p.name for p in figs.iterdir()) == sorted(f"claims_{g}.png" for g in GROUPS)
+    args = ["figure", "claims", "--runs", str(results), "--profile", "study", "--out-dir", str(figs), "--study"]
+    assert main(args) == 0
+    expected = [f"claims_{g}.png" for g in GROUPS] + ["study_frontier.png", "study_teacher_gap.png"]
+    assert sorted(p.name for p in figs.iterdir()) == sorted(expected)
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in figs.iterdir())
-    section = claims_section(tmp_path / "tables", figs, tmp_path / "REPORT.md")
-    assert section[0].startswith("## The paper's claims") and "![claims_interface](figures/claims_interface.png)" in (
-        section
+    summary_lines = claims_summary(tmp_path / "tables")
+    assert summary_lines[0].startswith("## Summary") and "**Training**" in summary_lines[2]
+    assert (
+        "Teacher mode: PIT reaches a lower loss (Fig. 4) (Figure 4 caption; Section 5.4): **supported**"
+        in (summary_lines[2])
     )
+    section = claims_section(tmp_path / "tables", figs, tmp_path / "REPORT.md")
+    assert section[0] == "## The claims table" and "![claims_interface](figures/claims_interface.png)" in section
     assert claims_section(tmp_path / "none", figs, tmp_path / "REPORT.md") == []
-    assert main(["figure", "claims", "--runs", str(results), "--profile", "study", "--out", "x.png"]) == 2
+    assert summary_markdown(table).startswith("**Interface**")

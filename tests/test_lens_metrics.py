@@ -61,7 +61,7 @@ def reference(model, data: TokenFile) -> dict:
     (F.kl_div) and cross-entropy on the next token (F.cross_entropy), in bits; the model's own CE likewise."""
     _, W_out = interface_matrices(model, float64=True)
     starts = window_starts(data, POSITIONS, SEQ_LEN, 0)
-    kl, ce, own = np.zeros(0), np.zeros(0), 0.0
+    kl, ce, own, entropy = np.zeros(0), np.zeros(0), 0.0, 0.0
     for start in starts:
         row = torch.from_numpy(np.asarray(data.tokens[start : start + SEQ_LEN + 1], dtype=np.int64))[None]
         ids, target = row[:, :-1], row[:, -1]
@@ -80,7 +80,9 @@ def reference(model, data: TokenFile) -> dict:
         kl = np.asarray(kl_w) if not kl.size else kl + kl_w
         ce = np.asarray(ce_w) if not ce.size else ce + ce_w
         own += F.cross_entropy(logits.double(), target).item() / LN2
-    return {"kl_bits": kl / len(starts), "ce_bits": ce / len(starts), "final_ce_bits": own / len(starts)}
+        entropy += -(lens[-1].exp() * lens[-1]).sum().item() / LN2
+    n = len(starts)
+    return {"kl_bits": kl / n, "ce_bits": ce / n, "final_ce_bits": own / n, "final_entropy_bits": entropy / n}
 
 
 @pytest.mark.parametrize("make", [scratch_pit, gpt2_tt], ids=["scratch-pit", "gpt2-tt"])
@@ -93,6 +95,18 @@ def test_lens_matches_independent_float64_loop(val_file, make):
     np.testing.assert_allclose(got["kl_bits"], ref["kl_bits"], rtol=0, atol=1e-6)
     np.testing.assert_allclose(got["ce_bits"], ref["ce_bits"], rtol=0, atol=1e-6)
     assert got["final_ce_bits"] == pytest.approx(ref["final_ce_bits"], abs=1e-6)
+    assert got["final_entropy_bits"] == pytest.approx(ref["final_entropy_bits"], abs=1e-6)
+    # normalised by the last layer's distance from the uniform distribution (a model that predicts nothing: NaN)
+    log2v = np.log2(W := model.config.vocab_size)
+    assert got["log2_vocab"] == pytest.approx(log2v) and W > 1
+    assert got["kl_ratio"] == pytest.approx(
+        np.mean(ref["kl_bits"][:-1]) / (log2v - ref["final_entropy_bits"]), abs=1e-6
+    )
+    gaps, gain = np.asarray(ref["ce_bits"][:-1]) - ref["ce_bits"][-1], log2v - ref["ce_bits"][-1]
+    if gain > 1e-9:
+        assert got["ce_gap"] == pytest.approx(gaps.mean() / gain, abs=1e-6)
+    else:  # a last layer no better than uniform on the next token: the gap is undefined
+        assert math.isnan(got["ce_gap"])
     assert abs(got["kl_bits"][-1]) < 1e-9  # the last layer's lens is the reference distribution
     assert all(k >= 0 for k in got["kl_bits"]) and max(got["kl_bits"][:-1]) > 1e-5  # layers really differ
     assert got["mean_kl_bits"] == pytest.approx(np.mean(got["kl_bits"][:-1]), abs=1e-12)
@@ -100,7 +114,7 @@ def test_lens_matches_independent_float64_loop(val_file, make):
     # the last lens is the model's head, up to the FP32 forward pass
     assert got["ce_bits"][-1] == pytest.approx(got["final_ce_bits"], abs=1e-4)
     again = lens_metrics(model, data, positions=POSITIONS, seed=0, seq_len=SEQ_LEN, batch_size=5)
-    assert again == got  # seeded and deterministic
+    assert json.dumps(again) == json.dumps(got)  # seeded and deterministic (NaN == NaN as text)
     other_batches = lens_metrics(model, data, positions=POSITIONS, seed=0, seq_len=SEQ_LEN)  # FP32 batching only
     np.testing.assert_allclose(other_batches["kl_bits"], got["kl_bits"], rtol=0, atol=1e-9)
 
@@ -123,7 +137,8 @@ def test_diagnose_writes_lens_and_table2_reads_it(val_file, tmp_path):
     ckpt = tmp_path / "ck"
     save_pretrained_atomic(model, ckpt)
     d = diagnose(ckpt, val_file, positions=8, seq_len=16)
-    assert set(d["lens"]) == {"kl_bits", "ce_bits", "mean_kl_bits", "mean_ce_bits", "final_ce_bits"}
+    lens_keys = {"kl_bits", "ce_bits", "mean_kl_bits", "mean_ce_bits", "final_ce_bits", "final_entropy_bits"}
+    assert set(d["lens"]) == lens_keys | {"log2_vocab", "kl_ratio", "ce_gap"}
     assert len(d["lens"]["kl_bits"]) == len(d["layerwise"]) == model.config.num_hidden_layers + 1
     assert set(d["layerwise"][0]) == {"layer", "in_out_agreement", "in_final_agreement", "out_final_agreement"}
     assert "KL bits" in summary(d) and diagnose(ckpt, positions=8)["lens"] is None

@@ -252,3 +252,39 @@ def test_bad_training_data_and_foreign_adapter_are_clear_errors(tiny_data, tmp_p
         LoraArgs.from_dict({"base": str(base), "task": "mbpp", "ranks": 4})
     with pytest.raises(PitError, match="task 'humaneval'"):
         LoraArgs.from_dict({"base": str(base), "task": "humaneval"})
+
+
+def test_frontier_at_the_runs_own_rate_reproduces_the_run_and_the_cli_adds_it_once(tiny_data, tmp_path):
+    """The frontier's LoRA is the run's LoRA at another rate: at the run's own rate it gives the run's side effects
+    and in-domain NLL exactly (same examples, order and initialisation, deterministic on CPU); `pit lora train` with
+    frontier_lrs writes frontier.json for a finished run, and a rerun leaves it as it is."""
+    from pit.evaluation.tasks import load_task
+    from pit.training.frontier import frontier, task_nll
+
+    base = make_base(tiny_data, tmp_path / "base", "scratch", "pit")
+    args = lora_spec(base, tiny_data)
+    train_lora(args, tmp_path / "run")
+    out = frontier(args, [args.lr, 4 * args.lr], 3, tmp_path / "frontier.json")
+    own = json.loads((tmp_path / "run" / "side_effects.json").read_text())
+    task, tok = load_task("mbpp", "offline", 3), load_model(tmp_path / "run" / "merged")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    same = out["points"][0]
+    assert same["kl"] == pytest.approx(own["kl"], rel=1e-9, abs=1e-12)
+    assert same["val_loss_change"] == pytest.approx(own["val_loss_change"], rel=1e-9, abs=1e-12)
+    assert same["nll_after"] == pytest.approx(task_nll(tok, tokenizer, task), rel=1e-6)
+    assert out["nll_before"] == pytest.approx(task_nll(load_model(base), tokenizer, task), rel=1e-9)
+    assert same["gain"] == pytest.approx(out["nll_before"] - same["nll_after"])
+    assert out["points"][1]["lr"] == 4 * args.lr and out["points"][1]["kl"] != same["kl"]
+    spec = {**json.loads(json.dumps(args.__dict__)), "frontier_lrs": [4 * args.lr], "frontier_eval_limit": 3}
+    cli = pit_cli("lora", "train", "--spec", json.dumps(spec), "--out", str(tmp_path / "cli"))
+    assert cli.returncode == 0, cli.stderr
+    written = json.loads((tmp_path / "cli" / "frontier.json").read_text())
+    assert written["points"][0]["kl"] == pytest.approx(out["points"][1]["kl"], rel=1e-9)
+    stamp = (tmp_path / "cli" / "frontier.json").stat().st_mtime_ns
+    again = pit_cli("lora", "train", "--spec", json.dumps(spec), "--out", str(tmp_path / "cli"))
+    assert again.returncode == 0 and "already finished" in again.stdout
+    assert (tmp_path / "cli" / "frontier.json").stat().st_mtime_ns == stamp
+    bad = pit_cli("lora", "train", "--spec", json.dumps({**spec, "frontier_lrs": [-1]}), "--out", str(tmp_path / "x"))
+    assert bad.returncode == 2 and "frontier_lrs [-1]" in bad.stderr

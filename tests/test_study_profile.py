@@ -31,46 +31,82 @@ def dry_run(tmp_path_factory) -> str:
 
 
 def arms(config: dict) -> dict[str, list[str]]:
+    """Each mode's arms: the interfaces, each followed by the extra arms of its kind (the name's prefix)."""
     p = config["pretrain"]
     return {
-        m: [a for i in p["interfaces"] for a in ([i, *p.get(f"{m}_arms", {})] if i == "pit" else [i])]
+        m: [
+            a
+            for i in p["interfaces"]
+            for a in [i, *(x for x in p.get(f"{m}_arms", {}) if x.split("-")[0] == i and x != i)]
+        ]  # fmt: skip
         for m in ("teacher", "scratch")
     }
 
 
+def runs(config: dict) -> list[tuple[str, str, str, int]]:
+    """(mode, slot, arm, seed) of every pretraining run: an arm's seeds, else its slot's, else the profile's."""
+    p, out = config["pretrain"], []
+    for mode, per_mode in arms(config).items():
+        for slot, entry in p[f"{mode}_slots"].items():
+            for arm in per_mode:
+                seeds = p.get(f"{mode}_arms", {}).get(arm, {}).get("seeds", entry.get("seeds", config["seeds"]))
+                out += [(mode, slot, arm, k) for k in seeds]
+    return out
+
+
 def test_study_runs_every_arm_and_mode_once_per_seed(study, dry_run):
-    seeds, per_mode = study["seeds"], arms(study)
-    assert len(seeds) >= 3 and {"pit", "pit-head", "tt", "untied"} <= set(per_mode["teacher"])
+    per_mode, every = arms(study), runs(study)
+    assert len(study["seeds"]) >= 5 and {"pit", "pit-head", "pit-alg1", "pit-lr10", "tt", "tt-norewarm", "untied"} <= (
+        set(per_mode["teacher"])
+    )
     assert {"pit", "pit-z", "tt", "untied"} <= set(per_mode["scratch"])
+    assert all(len({k for m, s, a, k in every if (m, s, a) == run[:3]}) >= 3 for run in every)  # >= 3 seeds each
+    sweep = {s for s, e in study["pretrain"]["scratch_slots"].items() if e.get("sweep_of")}
+    lrs = [study["pretrain"]["train"]["lr"], *(study["pretrain"]["scratch_slots"][s]["train"]["lr"] for s in sweep)]
+    assert len(lrs) >= 4 and max(lrs) / min(lrs) >= 10  # the stability sweep: >= 4 rates spanning >= 10x
+    diagnosed = [r for r in every if r[1] not in sweep]
+    post = [r for r in diagnosed if r[2] in study["posttrain"]["interfaces"]]
     counts = job_counts(dry_run)
-    runs = sum(len(per_mode[m]) * len(study["pretrain"][f"{m}_slots"]) for m in per_mode) * len(seeds)
-    assert counts["pretrain"] == counts["diagnose"] == runs == 24
-    assert counts["lora"] == counts["evaluate"] == runs * len(study["posttrain"]["tasks"])
+    assert counts["pretrain"] == len(every) and counts["diagnose"] == len(diagnosed)
+    assert counts["lora"] == counts["evaluate"] == len(post) * len(study["posttrain"]["tasks"])
     assert counts["pretrain_stand_in_teacher"] == 1  # the teacher is shared by every seed
-    for mode, slot_key in (("teacher", "teacher_slots"), ("scratch", "scratch_slots")):
-        for slot in study["pretrain"][slot_key]:
-            for arm in per_mode[mode]:
-                for seed in seeds:
-                    assert f"results/pretrain/{mode}/{slot}/{arm}/seed{seed}/summary.json" in dry_run
-                    assert f"results/diagnostics/{mode}/{slot}/{arm}/seed{seed}/diagnostics.json" in dry_run
-                    assert f"results/posttrain/{mode}/{slot}/{arm}/seed{seed}/mbpp/side_effects.json" in dry_run
+    for mode, slot, arm, seed in every:
+        assert f"results/pretrain/{mode}/{slot}/{arm}/seed{seed}/summary.json" in dry_run
+        diag = f"results/diagnostics/{mode}/{slot}/{arm}/seed{seed}/diagnostics.json"
+        assert (diag in dry_run) == (slot not in sweep)
+        side = f"results/posttrain/{mode}/{slot}/{arm}/seed{seed}/mbpp/side_effects.json"
+        assert (side in dry_run) == ((mode, slot, arm, seed) in post)
 
 
-def test_a_seed_sets_the_runs_seed_and_name(dry_run):
+def test_a_seed_sets_the_runs_seed_name_data_and_settings(study, dry_run):
     """Every pretraining and LoRA job of seed k trains with seed k (init, data order, LoRA init) under a name
-    ending in -s<k>; arms of one seed share it, so their data order is the same."""
+    ending in -s<k>; arms of one seed share it, so their data order is the same. Teacher mode reads the `tests`
+    domain, the stand-in teacher `lib`; a sweep slot changes only the learning rate; LoRA jobs train the frontier."""
     specs = [m for m in re.findall(r"--spec '(\{.*?\})'", dry_run) if '"run_name"' in m]
     seeded = [yaml.safe_load(s) for s in specs]
     trained = [s for s in seeded if s["run_name"].startswith(("teacher-", "scratch-", "lora-"))]
-    assert len(trained) == 24 + 48
     for spec in trained:
         assert spec["run_name"].endswith(f"-s{spec['seed']}") and spec["tags"]["seed"] == str(spec["seed"])
-    interfaces = {s["run_name"]: s["interface"] for s in trained if not s["run_name"].startswith("lora-")}
-    assert interfaces["scratch-303m-pit-z-s1"] == {**interfaces["scratch-303m-pit-s1"], "trainable_z": True}
-    assert (
-        interfaces["teacher-256m-pit-head-s2"]["t_init"] == "power"
-        and interfaces["scratch-303m-pit-s0"]["kind"] == "pit"
-    )
+    by_name = {s["run_name"]: s for s in trained}
+    assert by_name["scratch-303m-pit-z-s1"]["interface"] == {**by_name["scratch-303m-pit-s1"]["interface"],
+                                                             "trainable_z": True}  # fmt: skip
+    assert by_name["teacher-256m-pit-head-s2"]["interface"]["t_init"] == "power"
+    assert by_name["teacher-256m-pit-alg1-s0"]["interface"]["t_init"] == "inverse_h"
+    assert by_name["teacher-256m-pit-lr10-s0"]["transform_lr_scale"] == 10
+    control = by_name["teacher-256m-tt-norewarm-s0"]
+    assert control["interface"]["kind"] == "tt" and control["lr"] == control["min_lr"] and control["warmup_steps"] == 0
+    assert by_name["teacher-256m-tt-s0"]["train_data"] == "results/data/bpe4k/tests/train.bin"
+    assert by_name["scratch-303m-tt-s0"]["train_data"] == "results/data/bpe4k/train.bin"
+    stand_in = next(yaml.safe_load(s) for s in specs if '"stand-in-teacher-256m"' in s)
+    assert stand_in["train_data"] == "results/data/bpe4k/lib/train.bin"
+    sweep, main = by_name["scratch-303m-lr1-tt-s2"], by_name["scratch-303m-tt-s2"]
+    assert sweep["tags"]["sweep_of"] == "303m" and sweep["lr"] == 1.0
+    assert {k: v for k, v in sweep.items() if k not in ("lr", "min_lr", "run_name", "tags")} == {
+        k: v for k, v in main.items() if k not in ("lr", "min_lr", "run_name", "tags")
+    }
+    lora = by_name["lora-mbpp-teacher-256m-tt-s3"]
+    assert lora["frontier_lrs"] == study["posttrain"]["frontier_lrs"] and lora["val_data"].endswith("tests/val.bin")
+    assert "teacher-256m-tt-s4" in by_name and "teacher-256m-pit-s4" not in by_name  # pit: 3 seeds
 
 
 def test_profiles_without_seeds_keep_their_paths(tmp_path):

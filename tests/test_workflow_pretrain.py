@@ -172,9 +172,11 @@ def test_tables_figures_and_report(pipeline):
     from PIL import Image
 
     workdir = pipeline
-    tables = sorted((workdir / "results/tables").glob("*.csv"))
+    tables = sorted(t for t in (workdir / "results/tables").glob("*.csv") if not t.stem.endswith("_seeds"))
     names = ["claims", "table1", "table2", "table3", "table4_scores", "table4_side_effects"]
     assert [t.stem for t in tables] == sorted(names)
+    seeds = pd.read_csv(workdir / "results/tables/claims_seeds.csv")  # every number the claims table rests on
+    assert list(seeds.columns) == ["mode", "slot", "group", "lora", "arm", "seed", "metric", "value"] and len(seeds)
     for csv in tables:  # plain tables: the header row first, the documented columns, numbers as numbers
         table, sidecar = pd.read_csv(csv), json.loads(csv.with_suffix(".json").read_text())
         assert sidecar["profile"] == "default" and sidecar["caption"] and len(table) > 0, csv.name

@@ -122,26 +122,50 @@ def lens_metrics(
 
     kl_bits[l] = E[KL(p_L || p_l)], ce_bits[l] = E[-log2 p_l(x_{t+1})]; mean_kl_bits averages layers 0..L-1
     (kl_bits[L] = 0 by construction), mean_ce_bits all L + 1; final_ce_bits = E[-log2 p(x_{t+1})] from the
-    model's own logits, upcast to float64."""
+    model's own logits, upcast to float64; final_entropy_bits = E[H(p_L)].
+
+    A model that predicts nothing (p_L uniform) has every lens at KL 0, so the raw numbers reward it. Normalised by
+    how far the last layer is from the uniform distribution, KL(p_L || u) = log2 V - H(p_L), and by how much its
+    cross-entropy gains over the uniform one, log2 V - ce_bits[L]:
+
+        kl_ratio = mean_kl_bits / (log2 V - final_entropy_bits)
+        ce_gap   = mean_{l < L} (ce_bits[l] - ce_bits[L]) / (log2 V - ce_bits[L])
+
+    0 = every layer decodes like the last; 1 = as far off as the uniform distribution (NaN for a uniform model)."""
     if batches is None:
         batches = last_position_states(model, data, positions, seed, seq_len, batch_size)
     _, W_out = interface_matrices(model, float64=True) if matrices is None else matrices
-    kl_sum = ce_sum = final_sum = 0.0
+    kl_sum = ce_sum = final_sum = entropy_sum = 0.0
     count = 0
     for states, logits, targets in batches:
         kl, ce = lens_bits(states, W_out, targets)
         kl_sum, ce_sum = kl_sum + kl.sum(1), ce_sum + ce.sum(1)
         final_lp = torch.log_softmax(logits.double(), dim=-1).gather(-1, targets[:, None])
         final_sum += -final_lp.sum().item() / math.log(2)
+        last = torch.log_softmax(states[-1].to(W_out.dtype) @ W_out, dim=-1)
+        entropy_sum += -(last.exp() * last).sum().item() / math.log(2)
         count += len(targets)
     kl_bits, ce_bits = (kl_sum / count).tolist(), (ce_sum / count).tolist()
+    log2_vocab = math.log2(W_out.shape[1])
+    mean_kl = sum(kl_bits[:-1]) / max(len(kl_bits) - 1, 1)
+    entropy = entropy_sum / count
+    gaps = [c - ce_bits[-1] for c in ce_bits[:-1]]
     return {
         "kl_bits": kl_bits,
         "ce_bits": ce_bits,
-        "mean_kl_bits": sum(kl_bits[:-1]) / max(len(kl_bits) - 1, 1),
+        "mean_kl_bits": mean_kl,
         "mean_ce_bits": sum(ce_bits) / len(ce_bits),
         "final_ce_bits": final_sum / count,
+        "final_entropy_bits": entropy,
+        "log2_vocab": log2_vocab,
+        "kl_ratio": _ratio(mean_kl, log2_vocab - entropy),
+        "ce_gap": _ratio(sum(gaps) / max(len(gaps), 1), log2_vocab - ce_bits[-1]),
     }
+
+
+def _ratio(num: float, den: float) -> float:
+    """num / den, NaN where the denominator is not positive (a last layer no better than uniform)."""
+    return num / den if den > 1e-9 else float("nan")
 
 
 def check_vocab(model, data: TokenFile) -> None:

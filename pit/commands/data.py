@@ -7,8 +7,10 @@ from collections import Counter
 from pit.commands.common import add_spec_argument, merge_spec, read_spec
 from pit.errors import PitError
 
-TOKENIZE_DEFAULTS = {"workers": 1, "batch_documents": 64, "token_budget": None, "context_length": None}
-TOKENIZE_TYPES = {"token_budget": int, "context_length": int}  # (null allowed: their defaults are None)
+TOKENIZE_DEFAULTS = {
+    "workers": 1, "batch_documents": 64, "token_budget": None, "context_length": None, "domain": None,
+}  # fmt: skip
+TOKENIZE_TYPES = {"token_budget": int, "context_length": int, "domain": dict}  # (null allowed: their defaults are None)
 
 
 def _budget(text: str) -> int | None:
@@ -49,15 +51,18 @@ def _tokenizer(args) -> int:
 
 
 def _tokenize(args) -> int:
+    from pit.data.download import check_domain
     from pit.data.tokenize import tokenize_split
 
     merge_spec(args, read_spec(args.spec), TOKENIZE_DEFAULTS, TOKENIZE_TYPES)
     if args.context_length is not None and args.context_length < 1:
         raise PitError(f"--context-length {args.context_length}: expected an integer >= 1 (or none)")
+    if args.domain is not None:
+        check_domain(args.domain)
     sidecar = tokenize_split(
         args.corpus, args.split, args.tokenizer, args.out,
         workers=args.workers, batch_documents=args.batch_documents,
-        token_budget=args.token_budget, context_length=args.context_length,
+        token_budget=args.token_budget, context_length=args.context_length, domain=args.domain,
     )  # fmt: skip
     print(f"{args.out}: {sidecar['tokens']} {sidecar['dtype']} tokens, {sidecar['documents']} documents")
     return 0

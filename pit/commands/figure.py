@@ -31,7 +31,7 @@ def _check(args: argparse.Namespace) -> None:
 def cmd_figure(args: argparse.Namespace) -> int:
     _check(args)
     if args.name == "claims":  # one PNG per group of claims
-        for png in figures.claims(Path(args.runs), Path(args.out_dir), args.profile):
+        for png in figures.claims(Path(args.runs), Path(args.out_dir), args.profile, study=args.study):
             print(f"claims: {png}")
         return 0
     out = Path(args.out)
@@ -66,4 +66,9 @@ def register(sub) -> None:
     p.add_argument("--profile", required=True)
     p.add_argument("--out", help="PNG file to write")
     p.add_argument("--out-dir", help="claims: folder for claims_<group>.png (--runs: the results root)")
+    p.add_argument(
+        "--study",
+        action="store_true",
+        help="claims: also study_frontier.png and study_teacher_gap.png (study profiles)",
+    )
     p.set_defaults(func=cmd_figure)

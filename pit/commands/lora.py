@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from pit.commands.common import add_run_arguments, run_spec
 from pit.commands.train import run_training
@@ -28,7 +29,16 @@ def run_train(args: argparse.Namespace) -> int:
             "real data set's fields; source 'offline', the default, reads no hub data): not the paper's training set",
             file=sys.stderr,
         )
-    return run_training(args, LoraArgs, lora.train_lora, lora.summary_line)
+    rc = run_training(args, LoraArgs, lora.train_lora, lora.summary_line)
+    out = Path(args.out)
+    if settings.frontier_lrs and (out / "summary.json").is_file() and not (out / "frontier.json").is_file():
+        from pit.training.frontier import frontier  # a finished run's LoRA at more learning rates
+
+        for p in frontier(settings, settings.frontier_lrs, settings.frontier_eval_limit, out / "frontier.json")[
+            "points"
+        ]:
+            print(f"frontier lr {p['lr']:g}: gain {p['gain']:.4f} nats, KL {p['kl']:.4f}")
+    return rc
 
 
 def run_merge(args: argparse.Namespace) -> int:

@@ -11,22 +11,34 @@ import argparse
 from pathlib import Path
 
 from pit.errors import PitError
-from pit.reporting.claims import claims_table, table_notes
+from pit.io import write_text
+from pit.reporting import study_tables
+from pit.reporting.claims import claims_from_seeds, table_notes
+from pit.reporting.per_seed import per_seed_table
 from pit.reporting.tables import BUILDERS, write_table
 
-TABLES = {**BUILDERS, "claims": claims_table}  # claims: the paper's claims, a verdict each (docs/study.md)
+# claims: the paper's claims, a verdict each; stability, teacher_gap, frontier: the study's supporting tables; all
+# from the per-seed table (docs/study.md)
+TABLES = [*BUILDERS, "claims", *study_tables.BUILDERS]
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    builder = TABLES[args.name]
-    if args.name != "table3" and not args.runs:
-        raise PitError(f"{args.name} reads run folders: pass --runs <root of <mode>/<slot>/<interface>/>")
-    df = builder() if args.name == "table3" else builder(args.runs)
+    name = args.name
+    if name != "table3" and not args.runs:
+        raise PitError(f"{name} reads run folders: pass --runs <root of <mode>/<slot>/<interface>/>")
     notes = list(args.note or [])
-    if args.name == "claims":  # how each claim's metric is computed, under the table
+    if name == "claims":  # the per-seed table beside it, and how each claim's metric is computed under it
+        seeds = per_seed_table(args.runs)
+        df = claims_from_seeds(seeds)
+        write_text(f"{args.out}_seeds.csv", seeds.to_csv(index=False))
         notes += table_notes()
-    write_table(df, Path(args.out), args.name, args.profile, notes)
-    print(f"{args.name}: {len(df)} rows -> {args.out}.{{md,csv,tex,json,html}}")
+    elif name in study_tables.BUILDERS:  # stability and teacher_gap read the pretraining runs only
+        stages = ("pretrain", "posttrain") if name == "frontier" else ("pretrain",)
+        df = study_tables.BUILDERS[name](per_seed_table(args.runs, stages))
+    else:
+        df = BUILDERS[name]() if name == "table3" else BUILDERS[name](args.runs)
+    write_table(df, Path(args.out), name, args.profile, notes)
+    print(f"{name}: {len(df)} rows -> {args.out}.{{md,csv,tex,json,html}}")
     return 0
 
 
@@ -37,7 +49,7 @@ def register(sub) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("name", choices=sorted(TABLES))
+    p.add_argument("name", choices=TABLES)
     p.add_argument(
         "--runs",
         help="root of the run folders the table reads (not needed for table3; claims: the results root holding "

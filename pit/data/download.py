@@ -306,9 +306,48 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def iter_text_batches(manifest_path: str | os.PathLike, split: str, batch_documents: int) -> Iterator[list[str]]:
-    """Yield the documents of one split, in corpus order, as lists of at most `batch_documents`."""
+def check_domain(domain: Any) -> None:
+    """Raise PitError unless `domain` is {name: str, include: [patterns] | null, exclude: [patterns]} (a part of a
+    local corpus by document path: the `corpus.domains` config entries, with their name)."""
+    if not isinstance(domain, dict) or not isinstance(domain.get("name"), str) or not domain["name"]:
+        raise PitError(f"domain {json.dumps(domain)}: expected an object with a non-empty name, include, exclude")
+    if unknown := sorted(set(domain) - {"name", "include", "exclude"}):
+        raise PitError(f"domain {domain['name']!r} has unknown key(s) {unknown}; expected name, include, exclude")
+    for key in ("include", "exclude"):
+        value = domain.get(key)
+        if value is not None and not (isinstance(value, list) and all(isinstance(p, str) and p for p in value)):
+            raise PitError(f"domain {domain['name']!r} {key} {json.dumps(value)}: expected a list of fnmatch patterns")
+
+
+def in_domain(path: str, domain: dict[str, Any] | None) -> bool:
+    """Whether a document path (relative to the corpus glob's root) belongs to `domain` = {include, exclude}:
+    it matches one `include` pattern (fnmatch; no `include` = every path) and no `exclude` pattern."""
+    if domain is None:
+        return True
+    include, exclude = domain.get("include"), domain.get("exclude") or []
+    return (not include or any(fnmatch.fnmatch(path, p) for p in include)) and not any(
+        fnmatch.fnmatch(path, p) for p in exclude
+    )
+
+
+def iter_text_batches(
+    manifest_path: str | os.PathLike, split: str, batch_documents: int, domain: dict[str, Any] | None = None
+) -> Iterator[list[str]]:
+    """Yield the documents of one split, in corpus order, as lists of at most `batch_documents`; with `domain`
+    ({include, exclude} path patterns, `in_domain`) only the documents whose path it takes."""
     folder = Path(manifest_path).parent
-    for shard in read_manifest(manifest_path)["shards"][split]:
-        for batch in pq.ParquetFile(folder / shard["file"]).iter_batches(batch_documents, columns=["text"]):
-            yield batch.column("text").to_pylist()
+    manifest = read_manifest(manifest_path)
+    if domain is not None and "files" not in manifest:
+        raise PitError(
+            f"corpus {manifest['name']!r}: a domain selects documents by path, and this corpus has no paths "
+            "(source hub); expected a local corpus"
+        )
+    columns = ["text"] if domain is None else ["text", "path"]
+    for shard in manifest["shards"][split]:
+        for batch in pq.ParquetFile(folder / shard["file"]).iter_batches(batch_documents, columns=columns):
+            texts = batch.column("text").to_pylist()
+            if domain is not None:
+                paths = batch.column("path").to_pylist()
+                texts = [t for t, path in zip(texts, paths) if in_domain(path, domain)]
+            if texts:
+                yield texts

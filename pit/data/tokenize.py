@@ -132,9 +132,12 @@ def tokenize_split(
     token_budget: int | None = None,
     context_length: int | None = None,
     encoder: str = "auto",
+    domain: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Tokenize `split` of the corpus at `corpus` (manifest.json) into `out` (.bin) and its .json sidecar.
 
+    With `domain` ({name, include, exclude}: fnmatch patterns on document paths, pit.data.download.in_domain),
+    only the split's documents in that part of the corpus; the sidecar records it.
     With `token_budget`, whole documents are kept while the total stays within the budget.
     With `context_length`, the file must hold at least one window of context_length + 1 tokens.
     `encoder`: auto (tiktoken where it gives the same ids, else tokenizers) | tokenizers.
@@ -149,8 +152,13 @@ def tokenize_split(
     tokenizer, meta = load_tokenizer(tokenizer_folder)
     dtype = token_dtype(meta["vocab_size"])
     init_args = (str(Path(tokenizer_folder) / "tokenizer.json"), meta["eos_id"], dtype.str)
-    batches = iter_text_batches(corpus, split, batch_documents)
+    batches = iter_text_batches(corpus, split, batch_documents, domain)
     first = next(batches, [])
+    if domain is not None and not first:
+        raise PitError(
+            f"domain {domain.get('name')!r} (include {domain.get('include')}, exclude {domain.get('exclude')}) "
+            f"selects no document of the {split} split of corpus {manifest['name']!r}; expected at least one"
+        )
     batches = itertools.chain([first], batches)
     if encoder not in ("auto", "tokenizers"):
         raise PitError(f"encoder {encoder!r}: expected 'auto' or 'tokenizers'")
@@ -200,5 +208,7 @@ def tokenize_split(
         "manifest_sha256": manifest["manifest_sha256"],
         "token_budget": token_budget,
     }
+    if domain is not None:  # (absent otherwise: the sidecars of whole splits are unchanged)
+        sidecar["domain"] = domain
     write_json(sidecar_path, sidecar)
     return sidecar

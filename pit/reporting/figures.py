@@ -327,29 +327,29 @@ def side_effects(root: Path, out: Path, profile: str) -> None:
     save(fig, out)
 
 
-def claim_panel(ax, claim, mode: str, slot: str, task: str, runs: dict[str, dict]) -> None:
+def claim_panel(ax, claim, mode: str, slot: str, task: str, runs: dict[str, dict], verdicts: dict[str, str]) -> None:
     """One claim panel: each seed's value per arm (jittered points), the arm's mean and 95% interval (bar), and
-    each PIT arm's verdict against TT."""
+    each PIT arm's verdict against TT (`verdicts`: arm -> the claims table's verdict)."""
     import textwrap
 
-    from pit.reporting.claims import is_pit_arm, t_interval, usable, verdict
-    from pit.reporting.tables import method_order
+    from pit.reporting.claims import finite
+    from pit.reporting.stats import t_interval
 
     arms = sorted(runs, key=method_order)
     for x, arm in enumerate(arms):
-        vals = list(usable(runs[arm]).values())
+        vals = list(finite(runs[arm]).values())
         jitter = [x + 0.12 * (i - (len(vals) - 1) / 2) / max(len(vals) - 1, 1) for i in range(len(vals))]
         ax.scatter(jitter, vals, color=COLORS.get(arm, "tab:gray"), s=16, alpha=0.6, zorder=2)
         if vals:
             mean, half = t_interval(vals)
             ax.errorbar(x + 0.25, mean, yerr=0 if math.isnan(half) else half, fmt="o", color=COLORS.get(arm, "k"))
-    ax.set_xticks(range(len(arms)), [METHOD_NAME.get(a, a) for a in arms])
+    ax.set_xticks(range(len(arms)), [METHOD_NAME.get(a, a) for a in arms], fontsize=7, rotation=20)
     where = f"{mode} {slot}" + (f", LoRA {task}" if task else "")
     ax.set_title(f"{claim.metric} ({where})\npaper: {textwrap.shorten(claim.quote, 56, placeholder='...')}", fontsize=8)
-    text = [f"{METHOD_NAME.get(a, a)}: {verdict(claim, a, runs)}" for a in arms if is_pit_arm(a)]
-    ax.set_xlabel("; ".join(text), fontsize=7)  # the verdicts against TT
+    text = [f"{METHOD_NAME.get(a, a)}: {textwrap.shorten(v, 40, placeholder='...')}" for a, v in verdicts.items()]
+    ax.set_xlabel("\n".join(text), fontsize=7)  # the verdicts against TT
     ax.grid(alpha=0.3)
-    if all(v == 0 for r in runs.values() for v in usable(r).values()):
+    if all(v == 0 for r in runs.values() for v in finite(r).values()):
         ax.text(0.5, 0.9, "all values 0 at this scale", transform=ax.transAxes, ha="center", va="top", fontsize=8)
 
 
@@ -359,32 +359,86 @@ def panel_order(mode: str, slot: str, task: str | None) -> tuple:
     return MODE_ORDER.get(mode, 9), slot_key(slot), TASK_ORDER.get(task or "", -1), task or ""
 
 
-def claims(results: Path, out_dir: Path, profile: str) -> list[Path]:
-    """claims_<group>.png for every group of claims (pit/reporting/claims.py GROUPS): one panel per claim x mode
-    (x slot, x LoRA task) with a measured value; a group with none gets a PNG that says so."""
-    from pit.reporting.claims import CLAIMS, GROUPS, measure, usable
+def claims(results: Path, out_dir: Path, profile: str, study: bool = False) -> list[Path]:
+    """claims_<group>.png for every group of claims (pit/reporting/claims.py GROUPS): one panel per claim x cell
+    with a measured value, from the per-seed table, with the claims table's verdicts; a group with none gets a PNG
+    that says so. With `study`, also study_frontier.png and study_teacher_gap.png."""
+    from pit.reporting.claims import CLAIMS, GROUPS, Index, claims_from_seeds, finite
+    from pit.reporting.per_seed import per_seed_table
 
-    values, _ = measure(results)
+    seeds = per_seed_table(results)
+    index, table = Index(seeds), claims_from_seeds(seeds)
     written = []
     for group in GROUPS:
-        panels = [
-            (c, key, runs)
-            for c in CLAIMS
-            if c.group == group
-            for key, runs in values.items()
-            if key[0] == c.id and any(usable(v) for v in runs.values())
-        ]
-        panels.sort(key=lambda p: (CLAIMS.index(p[0]), *panel_order(*p[1][1:])))
+        panels = []
+        for c in [c for c in CLAIMS if c.group == group]:
+            rows = table[table["claim"] == c.id]
+            for (mode, slot, task), part in rows.groupby(["mode", "slot", "lora"], sort=False):
+                runs = index.runs(mode, slot, task, c.key)
+                if any(finite(v) for v in runs.values()):
+                    panels.append((c, mode, slot, task, runs, dict(zip(part["arm"], part["verdict"]))))
+        panels.sort(key=lambda p: (CLAIMS.index(p[0]), *panel_order(*p[1:4])))
         cols = min(4, max(len(panels), 1))
-        rows = max(math.ceil(len(panels) / cols), 1)
-        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False, layout="constrained")
+        rows_n = max(math.ceil(len(panels) / cols), 1)
+        fig, axes = plt.subplots(rows_n, cols, figsize=(4.4 * cols, 3.8 * rows_n), squeeze=False, layout="constrained")
         for ax in axes.flat[len(panels) :]:
             ax.axis("off")
-        for ax, (c, (_, mode, slot, task), runs) in zip(axes.flat, panels, strict=False):
-            claim_panel(ax, c, mode, slot, task, runs)
+        for ax, panel in zip(axes.flat, panels, strict=False):
+            claim_panel(ax, *panel)
         if not panels:
             axes[0][0].text(0.5, 0.5, f"nothing measured for the {group} claims", ha="center", va="center")
         fig.suptitle(f"Claims: {group.replace('_', ' ')} (points: seeds; bars: mean and 95% interval; {profile})")
         save(fig, out_dir / f"claims_{group}.png")
         written.append(out_dir / f"claims_{group}.png")
+    if study:
+        from pit.reporting import study_tables
+
+        written.append(frontier_figure(study_tables.frontier(seeds), out_dir / "study_frontier.png", profile))
+        written.append(gap_figure(study_tables.teacher_gap(seeds), out_dir / "study_teacher_gap.png", profile))
     return written
+
+
+def frontier_figure(df, out: Path, profile: str) -> Path:
+    """KL on held-out text against in-domain gain, one line per arm through its LoRA learning rates (means over
+    seeds), one panel per post-trained cell; the dotted line marks the cell's matched gain."""
+    cells = [] if df.empty else list(df.groupby(["mode", "slot", "lora"], sort=False))
+    cols = max(min(len(cells), 4), 1)
+    fig, axes = plt.subplots(1, cols, figsize=(4.2 * cols, 3.6), squeeze=False, layout="constrained")
+    for ax, ((mode, slot, lora), part) in zip(axes.flat, cells, strict=False):
+        for arm, line in part.groupby("arm", sort=False):
+            line = line.sort_values("lora_lr")  # the path the learning rate traces
+            ax.plot(line["gain"], line["kl"], **{**arm_style(arm), "label": METHOD_NAME.get(arm, arm)})
+        matched = part["matched_gain"].iloc[0]
+        if math.isfinite(matched):
+            ax.axvline(matched, color="gray", ls=":", lw=1)
+        ax.set_title(f"{mode} {slot}, LoRA {lora}", fontsize=9)
+        ax.set_xlabel("in-domain gain (nats/token)")
+        ax.set_ylabel("KL on held-out text (nats/token)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    if not cells:
+        axes[0][0].text(0.5, 0.5, "no LoRA frontier in these results", ha="center", va="center")
+    fig.suptitle(f"Side effect against adaptation over LoRA learning rates ({profile})")
+    save(fig, out)
+    return out
+
+
+def gap_figure(df, out: Path, profile: str) -> Path:
+    """Teacher mode: each arm's validation-loss gap to TT against the step, mean over seeds with its 95% band."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
+    for (slot, arm), part in [] if df.empty else df.groupby(["slot", "arm"], sort=False):
+        style = arm_style(arm)
+        ax.plot(part["step"], part["gap"], **{**style, "label": f"{METHOD_NAME.get(arm, arm)} ({slot})"})
+        ax.fill_between(part["step"], part["gap_ci_low"], part["gap_ci_high"], color=style["color"], alpha=0.15)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xlabel("continued-pretraining step")
+    ax.set_ylabel("validation loss - TT's (nats/token)")
+    ax.set_yscale("symlog", linthresh=0.05)
+    ax.grid(alpha=0.3)
+    if df.empty:
+        ax.text(0.5, 0.5, "no teacher-mode learning curves", ha="center", va="center", transform=ax.transAxes)
+    else:
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Teacher mode: does the gap to TT close? ({profile})")
+    save(fig, out)
+    return out

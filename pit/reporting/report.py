@@ -72,6 +72,9 @@ REPORT_TABLES = {
     "table3": "Table 3",
     "table4_scores": "Table 4 (scores)",
     "table4_side_effects": "Table 4 (side effects)",
+    "stability": "Stability: the learning-rate sweep",
+    "teacher_gap": "Teacher mode: the gap to TT over continued pretraining",
+    "frontier": "Side effects against adaptation: the LoRA frontier",
 }
 
 # what the notes say of uncertainty with one seed per arm -> what they say in a profile with `seeds`
@@ -127,22 +130,25 @@ def run_facts(runs: Path | None, mode: str, slot: str) -> str:
     return ""
 
 
-def data_facts(data: Path, tokenizers: list[str]) -> tuple[list[str], dict[str, float]]:
-    """Per tokenizer: train / val tokens and the validation split's unigram entropy (the no-context baseline loss);
-    the lines and the entropies by tokenizer."""
+def data_facts(data: Path, tokenizers: list[str]) -> tuple[list[str], dict[tuple[str, str | None], float]]:
+    """Per tokenizer and corpus domain (results/data/<tokenizer>/[<domain>/]): train / val tokens and the validation
+    split's unigram entropy (the no-context baseline loss); the lines and the entropies by (tokenizer, domain)."""
     from pit.data.reader import TokenFile, unigram_entropy
 
     lines, entropy = [], {}
     for name in tokenizers:
-        if (data / name / "val.bin").is_file() and (data / name / "train.json").is_file():
-            val = TokenFile(data / name / "val.bin")
-            train_tokens = read_json(data / name / "train.json")["tokens"]
-            entropy[name] = unigram_entropy(val)
-            lines.append(
-                f"- Data `{name}` (V = {val.meta['vocab_size']:,}): {train_tokens:,} train and {val.meta['tokens']:,} "
-                f"validation tokens; unigram entropy of the validation split {entropy[name]:.3f} nats/token "
-                "(a model that ignores context scores this)."
-            )
+        folders = [(None, data / name)] + [(d.name, d) for d in sorted((data / name).glob("*/")) if d.is_dir()]
+        for domain, folder in folders:
+            if (folder / "val.bin").is_file() and (folder / "train.json").is_file():
+                val = TokenFile(folder / "val.bin")
+                train_tokens = read_json(folder / "train.json")["tokens"]
+                entropy[(name, domain)] = unigram_entropy(val)
+                part = "" if domain is None else f", domain `{domain}`"
+                lines.append(
+                    f"- Data `{name}`{part} (V = {val.meta['vocab_size']:,}): {train_tokens:,} train and "
+                    f"{val.meta['tokens']:,} validation tokens; unigram entropy of the validation split "
+                    f"{entropy[(name, domain)]:.3f} nats/token (a model that ignores context scores this)."
+                )
     return lines, entropy
 
 
@@ -168,8 +174,12 @@ def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
         f"`{corpus['name']}` ({corpus['source']}: `{where}`, at most {corpus.get('max_documents') or 'all'} "
         "documents)."
     ]
-    arms = {  # a mode's extra PIT arms sit right after pit (workflow/rules/common.smk)
-        m: [a for i in p["interfaces"] for a in ([i, *p.get(f"{m}_arms", {})] if i == "pit" else [i])]
+    arms = {  # a mode's extra arms sit right after the arm of their kind, the prefix of their name (common.smk)
+        m: [
+            a
+            for i in p["interfaces"]
+            for a in [i, *(x for x in p.get(f"{m}_arms", {}) if x.split("-")[0] == i and x != i)]
+        ]
         for m in ("teacher", "scratch")
     }
     for mode, slots in (("teacher", p["teacher_slots"]), ("scratch", p["scratch_slots"])):
@@ -182,7 +192,12 @@ def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
     if runs is not None:
         facts, entropy = data_facts(runs.parent / "data", list(dict.fromkeys(p["tokenizer"].values())))
         lines += facts
-        lines += [x for m in ("teacher", "scratch") if (x := learned(runs, m, entropy.get(p["tokenizer"][m])))]
+        domains = p.get("domains", {})
+        lines += [
+            x
+            for m in ("teacher", "scratch")
+            if (x := learned(runs, m, entropy.get((p["tokenizer"][m], domains.get(m)))))
+        ]
     seeds = config.get("seeds")
     lines.append(
         f"- Seeds: {', '.join(map(str, seeds))} (each arm once per seed; a seed sets initialisation, data order and "
@@ -192,8 +207,18 @@ def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
     )
     for mode in ("teacher", "scratch"):
         for arm, overrides in p.get(f"{mode}_arms", {}).items():
-            settings = ", ".join(f"{k} = {v}" for k, v in overrides.items())
-            lines.append(f"- {mode.capitalize()} arm `{arm}`: PIT with {settings}.")
+            flat = {**{k: v for k, v in overrides.items() if k != "train"}, **overrides.get("train", {})}
+            settings = ", ".join(f"{k} = {v}" for k, v in flat.items())
+            kind = arm.split("-")[0].upper()
+            lines.append(
+                f"- {mode.capitalize()} arm `{arm}`: {kind if arm != kind.lower() else 'runs'} with {settings}."
+            )
+    for role, domain in p.get("domains", {}).items():
+        if domain:
+            rule = corpus.get("domains", {}).get(domain, {})
+            lines.append(
+                f"- Data of the {role.replace('_', '-')} runs: corpus domain `{domain}` ({describe_domain(rule)})."
+            )
     steps = {m: {**p["train"], **p["mode_train"].get(m, {})}["max_steps"] for m in ("teacher", "scratch")}
     z = "trainable" if p["interface"]["trainable_z"] else "frozen"
     lines.append(
@@ -212,13 +237,69 @@ def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
     return lines
 
 
+def describe_domain(rule: dict) -> str:
+    """A corpus domain in words: the documents whose path matches include and not exclude."""
+    inc = ", ".join(f"`{x}`" for x in rule.get("include") or []) or "every path"
+    exc = ", ".join(f"`{x}`" for x in rule.get("exclude") or [])
+    return f"documents matching {inc}" + (f", except {exc}" if exc else "")
+
+
+def claims_summary(tables: Path) -> list[str]:
+    """The summary of the claims table (pit.reporting.claims.summary_markdown): one line per claim, grouped."""
+    import pandas as pd
+
+    from pit.reporting.claims import summary_markdown
+
+    csv = tables / "claims.csv"
+    if not csv.is_file():
+        return []
+    table = pd.read_csv(csv, keep_default_na=False, na_values=[""])
+    table["lora"] = table["lora"].fillna("")
+    return ["## Summary: the paper's claims at this scale", "", summary_markdown(table).strip(), ""]
+
+
+def machine() -> str:
+    """This machine in one line: CPU model, cores, Python, torch."""
+    import platform
+
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}"
+
+
+def provenance(config: dict, results: Path | None) -> list[str]:
+    """Commit, date, profile, machine and the wall time so far (from the first data log to now)."""
+    import time
+
+    from pit.tracking.provenance import git_commit
+
+    lines = [
+        f"- Commit `{git_commit()}`; report written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+        f"- Profile `{config['profile']}`; machine: {machine()}.",
+    ]
+    logs = sorted((results / "logs").glob("data/*.log")) if results is not None else []
+    if logs:
+        start = min(log.stat().st_mtime for log in logs)
+        lines.append(
+            f"- Wall time from the first data job to this report: {(time.time() - start) / 60:.1f} minutes (jobs "
+            "that ran in an earlier invocation of the workflow count from then)."
+        )
+    return ["## Provenance", "", *lines, ""]
+
+
 def claims_section(tables: Path, figures: Path, out: Path) -> list[str]:
     """The claims table (tables/claims.md) and links to the claims figures, when `pit table claims` ran; else []."""
     md = tables / "claims.md"
     if not md.is_file():
         return []
-    parts = ["## The paper's claims at this scale", "", md.read_text().strip(), ""]
-    for png in sorted(figures.glob("claims_*.png")):
+    parts = ["## The claims table", "", md.read_text().strip(), ""]
+    for png in sorted([*figures.glob("claims_*.png"), *figures.glob("study_*.png")]):
         parts += [f"![{png.stem}]({Path(os.path.relpath(png, out.parent)).as_posix()})", ""]
     return parts
 
@@ -238,6 +319,8 @@ def build_report(config: dict, tables: Path, figures: Path, out: Path, runs: Pat
         "",
         "Tables put our numbers beside the paper's (columns `paper_*`, from `pit/reporting/paper_values.yaml`).",
         "",
+        *claims_summary(tables),
+        *provenance(config, runs.parent if runs is not None else None),
         *claims_section(tables, figures, out),
         "## What was run",
         "",
@@ -267,6 +350,6 @@ def build_report(config: dict, tables: Path, figures: Path, out: Path, runs: Pat
             parts += [f"## {heading}", "", md.read_text().strip(), ""]
             parts += [f"> {n}" for n in table_notes(name, bool(config.get("seeds")))] + [""]
     parts += ["## Figures", ""]
-    for png in sorted(p for p in figures.glob("*.png") if not p.name.startswith("claims_")):  # claims: above
+    for png in sorted(p for p in figures.glob("*.png") if not p.name.startswith(("claims_", "study_"))):  # above
         parts += [f"![{png.stem}]({Path(os.path.relpath(png, out.parent)).as_posix()})", ""]
     return "\n".join(parts)

@@ -304,8 +304,10 @@ BUILDERS = {  # claims: pit/reporting/claims.py
 }
 TITLES = {
     "claims": "Claims. The paper's claims tested at this scale: per arm the mean over seeds and its 95% half-width "
-    "(`*_ci`); `diff` = arm - TT paired by seed with its 95% interval (paired Student-t, mean +- t(0.975, n-1) "
-    "sd / sqrt(n), n seeds); `untied_diff` = untied - TT, for reference. Verdicts hold for this scale only",
+    "(`*_ci`); `diff` = arm - TT paired by seed with its 95% interval (paired Student-t, n seeds), its p, the "
+    "Holm-adjusted p over every tested row (`p_holm`) and, where n >= 6, the exact sign-flip p (`p_perm`); "
+    "`untied_*` = the untied control (untied - TT), `control_*` = the no-re-warm control (tt-norewarm - TT) of the "
+    "early rise; `evidence` says what kind of evidence a row is. Verdicts hold for this scale only",
     "table1": "Table 1. Effects of weight tying on LM training (first-step and final training loss, training PPL, "
     "validation loss, runtime)",
     "table2": "Table 2. Token-interface consistency (0 = perfect agreement); raw = anchors of Eqs. 1-2, "
@@ -316,6 +318,13 @@ TITLES = {
     "SVAMP), in %, and the reference solutions' NLL in nats/token",
     "table4_side_effects": "Table 4 (side effects). LoRA post-training: in-domain gain over the base model "
     "(points, and in NLL), and the update's side effects on held-out pretraining text and on the interface",
+    "stability": "Stability. Scratch-mode learning-rate sweep: per learning rate and arm, summed over seeds, loss "
+    "spikes (5 sigma above the median of the previous 20 steps), non-finite (skipped) steps and diverged runs; the "
+    "largest regression of the smoothed loss (mean) and the final validation loss (mean and 95% half-width)",
+    "teacher_gap": "Teacher mode, continued pretraining: the validation-loss gap of each arm to TT (arm - TT, paired "
+    "by seed, 95% interval) at every validation step: does it close as training goes on?",
+    "frontier": "Side-effect frontier: per LoRA learning rate, the mean in-domain gain (reference NLL before - after, "
+    "nats/token) and KL on held-out pretraining text over seeds; KL at the cell's matched gain",
 }
 
 

@@ -22,10 +22,18 @@ def _metric_name(*parts: str) -> str:
     return "/".join(re.sub(r"[^\w.\- ]+", "_", p).strip(" ./") or "_" for p in parts)
 
 
+# text columns that describe a row rather than name it (the claims table's quote, verdict, ...)
+DESCRIPTIVE = {"paper", "group", "metric", "direction", "evidence", "verdict", "control", "standin_data"}
+MAX_METRIC_NAME = 250  # MLflow's limit
+
+
 def table_metrics(csv_path: str | Path) -> dict[str, float]:
-    """Our numeric cells of a table CSV (`paper_*` columns left out) as metrics named
-    `<table>/<row key>/<column>`, the row key being the row's leading text cells (e.g. teacher-256m-PIT)."""
+    """Our numeric cells of a table CSV (`paper_*` columns left out) as metrics named `<table>/<row key>/<column>`,
+    the row key being the row's text cells that name it (e.g. teacher-256m-PIT, not the claims table's quote or
+    verdict) and its seed. The per-seed tables (`*_seeds.csv`) are artifacts only."""
     csv_path = Path(csv_path)
+    if csv_path.stem.endswith("_seeds"):
+        return {}
     lines = [line for line in csv_path.read_text().splitlines() if line.strip() and not line.startswith("#")]
     metrics = {}
     for row in csv.DictReader(lines):
@@ -34,11 +42,13 @@ def table_metrics(csv_path: str | Path) -> dict[str, float]:
             try:
                 values[col] = float(cell)
             except (TypeError, ValueError):
-                if not values:  # leading text cells name the row
-                    key.append(cell or "")
+                if col not in DESCRIPTIVE and cell:
+                    key.append(cell)
+        if "seed" in values:
+            key.append(f"seed{values.pop('seed'):g}")
         for col, value in values.items():
             if not col.startswith("paper_") and math.isfinite(value):
-                metrics[_metric_name(csv_path.stem, "-".join(key) or "row", col)] = value
+                metrics[_metric_name(csv_path.stem, "-".join(key) or "row", col)[-MAX_METRIC_NAME:]] = value
     return metrics
 
 

@@ -339,6 +339,12 @@ class LoraArgs(RunArgs):
     """Held-out windows the side effects are measured on."""
     side_effect_seq_len: int = arg(128, ge=2)
     """Length of those windows."""
+    frontier_lrs: list = arg(factory=list)
+    """More learning rates: once the run is finished, `pit lora train` trains the same LoRA (same examples, order
+    and initialisation) at each in memory and writes their in-domain gain and side effects to frontier.json
+    (pit/training/frontier.py; the side-effect frontier). Needs val_data. Empty: none."""
+    frontier_eval_limit: int | None = arg(None, ge=1)
+    """The first N problems of the task's test split the frontier's gains are measured on (None: all)."""
 
     label = "lora config"
     fingerprint_excludes = RunArgs.fingerprint_excludes + (
@@ -348,6 +354,8 @@ class LoraArgs(RunArgs):
         "side_effect_windows",
         "side_effect_seq_len",
         "base",
+        "frontier_lrs",
+        "frontier_eval_limit",
     )
 
     def checks(self) -> list[tuple[bool, str, tuple[str, ...]]]:
@@ -364,5 +372,15 @@ class LoraArgs(RunArgs):
                 targets_ok,
                 f"targets {json.dumps(self.targets)}; expected a mapping model_type -> non-empty list of module names",
                 ("targets",),
+            ),
+            (
+                all(_type_ok(x, float) and math.isfinite(x) and x > 0 for x in self.frontier_lrs),
+                f"frontier_lrs {json.dumps(self.frontier_lrs)}; expected a list of positive learning rates",
+                ("frontier_lrs",),
+            ),
+            (
+                not self.frontier_lrs or self.val_data is not None,
+                "frontier_lrs without val_data; expected val_data (the frontier measures side effects on it)",
+                ("frontier_lrs", "val_data"),
             ),
         ]

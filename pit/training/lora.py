@@ -62,7 +62,7 @@ SIDE_EFFECT_KEYS = (
     "embedding_change",
     "head_change",
 )
-STALE_OUTPUTS = ("metrics.jsonl", "summary.json", "side_effects.json", "adapter", "merged")
+STALE_OUTPUTS = ("metrics.jsonl", "summary.json", "side_effects.json", "frontier.json", "adapter", "merged")
 
 
 # ---- data --------------------------------------------------------------------------------------

@@ -199,20 +199,45 @@ SCRATCH_SLOTS = list(PRETRAIN["scratch_slots"])
 STAND_IN_SLOTS = [s for s in TEACHER_SLOTS if "stand_in" in PRETRAIN["teacher_slots"][s]]
 INTERFACES = list(PRETRAIN["interfaces"])
 MODES = {"teacher": TEACHER_SLOTS, "scratch": SCRATCH_SLOTS}
-# more PIT arms of each mode's slots (pretrain.teacher_arms, pretrain.scratch_arms): arm -> `interface` overrides
-EXTRA_ARMS = {mode: PRETRAIN.get(f"{mode}_arms", {}) for mode in MODES}
-MODE_ARMS = {  # the arms of each mode's slots; a mode's extra PIT arms sit right after `pit`
-    mode: [a for i in INTERFACES for a in ([i, *EXTRA_ARMS[mode]] if i == "pit" else [i])] for mode in MODES
+# more arms of each mode's slots (pretrain.teacher_arms, pretrain.scratch_arms): name -> {`interface` overrides
+# (PIT arms), train: run-setting overrides, seeds: a subset of `seeds`}; the name's prefix is the arm's kind. An
+# entry named like an arm of `interfaces` (pit, tt, untied) sets only that arm's train and seeds.
+ARM_ENTRIES = {mode: PRETRAIN.get(f"{mode}_arms", {}) for mode in MODES}
+EXTRA_ARMS = {mode: {a: e for a, e in ARM_ENTRIES[mode].items() if a not in INTERFACES} for mode in MODES}
+ARM_KEYS = ("train", "seeds")  # the keys of an arm entry that are not `interface` overrides
+
+
+def arm_kind(arm):
+    """The interface kind of an arm: its name up to the first '-' (pit-head -> pit, tt-norewarm -> tt)."""
+    return arm.split("-", 1)[0]
+
+
+MODE_ARMS = {  # the arms of each mode's slots; a mode's extra arms sit right after the arm of their kind
+    mode: [a for i in INTERFACES for a in [i, *(x for x in EXTRA_ARMS[mode] if arm_kind(x) == i)]] for mode in MODES
 }
 ARMS = list(dict.fromkeys(MODE_ARMS["teacher"] + MODE_ARMS["scratch"]))
 PRETRAIN_RES = PRETRAIN["resources"]  # threads, gpus, mem_mb, runtime (partition) of training and diagnostics jobs
 POST = config["posttrain"]
 POST_ARMS = POST.get("interfaces", ARMS)  # the pretraining arms that get LoRA post-training
-for _mode, _arms in EXTRA_ARMS.items():
-    if _arms and "pit" not in INTERFACES:
-        raise config_error(
-            ["pretrain", f"{_mode}_arms"], f"{_mode} arms are PIT arms: pretrain.interfaces must hold pit"
-        )
+for _mode, _arms in ARM_ENTRIES.items():
+    for _arm, _entry in _arms.items():
+        if _arm in INTERFACES and set(_entry) - set(ARM_KEYS):
+            raise config_error(
+                ["pretrain", f"{_mode}_arms", _arm],
+                f"{sorted(set(_entry) - set(ARM_KEYS))}: an entry for the arm {_arm} of pretrain.interfaces takes only "
+                f"{list(ARM_KEYS)} (its interface is pretrain.interface)",
+            )
+        if arm_kind(_arm) not in INTERFACES:
+            raise config_error(
+                ["pretrain", f"{_mode}_arms", _arm],
+                f"a {arm_kind(_arm)} arm: pretrain.interfaces must hold {arm_kind(_arm)}",
+            )
+        if arm_kind(_arm) != "pit" and set(_entry) - set(ARM_KEYS):
+            raise config_error(
+                ["pretrain", f"{_mode}_arms", _arm],
+                f"{sorted(set(_entry) - set(ARM_KEYS))}: interface settings are for PIT arms (pit-*); a "
+                f"{arm_kind(_arm)} arm takes only {list(ARM_KEYS)}",
+            )
 if set(POST_ARMS) - set(ARMS):
     raise config_error(
         ["posttrain", "interfaces"],
@@ -220,10 +245,49 @@ if set(POST_ARMS) - set(ARMS):
     )
 POST_RES = POST["resources"]  # ... of the LoRA and evaluation jobs
 LORA_TASKS = list(POST["tasks"])  # LoRA task -> its out-of-domain evaluation tasks
+FRONTIER_LRS = POST.get("frontier_lrs", [])  # more LoRA learning rates: the side-effect frontier (rule lora)
 LOSS_FIGURES = {"3": "scratch", "4": "teacher"}  # Figure number -> the mode whose loss curves it shows
 SEEDS = [str(s) for s in config.get("seeds", [])]  # seeds of every arm (study profile); none: one run per arm
 # One run of an arm, as rule wildcards: (mode, slot, interface, seed); seed None without `seeds` (today's paths).
 RUN = ("{mode}", "{slot}", "{interface}", "{seed}" if SEEDS else None)
+DOMAINS = config["corpus"].get("domains", {})  # named parts of a local corpus, by document path
+DATA_ROLES = PRETRAIN.get("domains", {})  # stand_in | teacher | scratch -> the domain its runs read (none: all)
+
+
+def slot_entry(mode, slot):
+    return PRETRAIN[f"{mode}_slots"][slot]
+
+
+def run_seeds(mode, slot, arm):
+    """The seeds of one (mode, slot, arm): the arm's `seeds`, else the slot's, else the profile's."""
+    entry = ARM_ENTRIES[mode].get(arm, {})
+    seeds = entry.get("seeds", slot_entry(mode, slot).get("seeds"))
+    return SEEDS if seeds is None else [str(s) for s in seeds]
+
+
+def check_seed_subsets():
+    """A slot's or an arm's `seeds` are some of the profile's `seeds` (one line naming the others)."""
+    places = [(["pretrain", f"{m}_slots", s], e) for m in MODES for s, e in PRETRAIN[f"{m}_slots"].items()]
+    places += [(["pretrain", f"{m}_arms", a], e) for m in MODES for a, e in ARM_ENTRIES[m].items()]
+    for keys, entry in places:
+        extra = [s for s in entry.get("seeds", []) if str(s) not in SEEDS]
+        if extra:
+            raise config_error(keys + ["seeds"], f"{extra}: not among the profile's seeds {SEEDS or '(none)'}")
+    for name in [d for d in DATA_ROLES.values() if d is not None]:
+        if name not in DOMAINS:
+            raise config_error(
+                ["pretrain", "domains"], f"{name!r}: not a corpus domain (corpus.domains: {list(DOMAINS)})"
+            )
+    for mode in MODES:
+        for slot, entry in PRETRAIN[f"{mode}_slots"].items():
+            if entry.get("sweep_of") is not None and entry["sweep_of"] not in MODES[mode]:
+                raise config_error(
+                    ["pretrain", f"{mode}_slots", slot, "sweep_of"],
+                    f"{entry['sweep_of']!r}: not a {mode} slot (expected one of {MODES[mode]})",
+                )
+
+
+check_seed_subsets()
 
 
 def tokenizers_of_kind(kind):
@@ -242,9 +306,16 @@ wildcard_constraints:
     split=name_pattern(SPLITS),
     number=name_pattern(LOSS_FIGURES),
     seed=name_pattern(SEEDS),
+    domain=name_pattern(DOMAINS),
 
 
 # --- Paths: data ------------------------------------------------------------------------------------
+
+
+def corpus_spec():
+    """`pit data download`: the corpus section without its domains (they select documents when tokenizing, so the
+    download and its manifest do not depend on them)."""
+    return {k: v for k, v in config["corpus"].items() if k != "domains"}
 
 
 def corpus_manifest():
@@ -255,19 +326,15 @@ def tokenizer_dir(tokenizer):
     return f"results/tokenizers/{tokenizer}"
 
 
-def token_file(tokenizer, split):
-    """The flat token file of one split (read it with pit.data.reader.TokenFile)."""
-    return f"results/data/{tokenizer}/{split}.bin"
+def token_file(tokenizer, split, domain=None):
+    """The flat token file of one split (read it with pit.data.reader.TokenFile), or of one corpus domain's part
+    of it: results/data/<tokenizer>/[<domain>/]<split>.bin."""
+    return f"results/data/{tokenizer}/" + ("" if domain is None else f"{domain}/") + f"{split}.bin"
 
 
-def token_sidecar(tokenizer, split):
+def token_sidecar(tokenizer, split, domain=None):
     """The JSON sidecar of a token file."""
-    return f"results/data/{tokenizer}/{split}.json"
-
-
-def token_files():
-    """Every token file of the profile: the data stage's final outputs."""
-    return [token_file(t, s) for t in TOKENIZERS for s in SPLITS]
+    return token_file(tokenizer, split, domain)[: -len(".bin")] + ".json"
 
 
 def mode_tokenizer(mode):
@@ -275,9 +342,22 @@ def mode_tokenizer(mode):
     return PRETRAIN["tokenizer"][mode]
 
 
+def role_data(role):
+    """(tokenizer, domain) of the token files a role's runs read: role stand_in | teacher | scratch; the stand-in
+    teachers use the teacher tokenizer; domain None = the whole corpus (pretrain.domains)."""
+    return mode_tokenizer("teacher" if role == "stand_in" else role), DATA_ROLES.get(role)
+
+
+def token_files():
+    """Every token file of the profile: each tokenizer's whole splits, and the domains the runs read."""
+    files = [token_file(t, s) for t in TOKENIZERS for s in SPLITS]
+    used = {role_data(role) for role in ("stand_in", "teacher", "scratch")}
+    return files + [token_file(t, s, d) for t, d in sorted(used, key=str) if d is not None for s in SPLITS]
+
+
 def val_tokens(mode):
     """The validation token file of a mode's runs."""
-    return token_file(mode_tokenizer(mode), "val")
+    return token_file(*role_data(mode)[:1], "val", role_data(mode)[1])
 
 
 # --- Paths: pretraining -----------------------------------------------------------------------------
@@ -312,21 +392,36 @@ def final_model(run):
 
 
 def pretrain_runs():
-    """(mode, slot, interface, seed) of every pretraining run in this profile: each arm once per seed."""
-    seeds = SEEDS or [None]
-    return [(m, s, i, k) for m, slots in MODES.items() for s in slots for i in MODE_ARMS[m] for k in seeds]
+    """(mode, slot, interface, seed) of every pretraining run in this profile: each arm once per seed (run_seeds)."""
+    return [
+        (m, s, i, k)
+        for m, slots in MODES.items()
+        for s in slots
+        for i in MODE_ARMS[m]
+        for k in (run_seeds(m, s, i) or [None])
+    ]
+
+
+def sweep_of(run):
+    """The slot whose run settings a sweep slot varies (`sweep_of: <slot>`, e.g. a learning-rate sweep), else None:
+    a sweep slot's runs are pretrained and compared in the stability claims, not diagnosed or post-trained."""
+    return slot_entry(*run[:2]).get("sweep_of")
+
+
+def diagnosed_runs():
+    """The pretraining runs `pit diagnose` reads: those of every slot that is not a sweep slot."""
+    return [run for run in pretrain_runs() if not sweep_of(run)]
 
 
 def posttrain_runs():
-    """The pretraining runs that get LoRA post-training (posttrain.interfaces)."""
-    return [run for run in pretrain_runs() if run[2] in POST_ARMS]
+    """The pretraining runs that get LoRA post-training (posttrain.interfaces), in slots that are not sweep slots."""
+    return [run for run in diagnosed_runs() if run[2] in POST_ARMS]
 
 
 def arm_interface(mode, interface):
     """The `interface` settings of a mode's arm: the profile's PIT settings, an extra PIT arm's overrides, its kind."""
-    extra = EXTRA_ARMS[mode]
-    kind = "pit" if interface in extra else interface
-    return {**PRETRAIN["interface"], **extra.get(interface, {}), "kind": kind}
+    overrides = {k: v for k, v in EXTRA_ARMS[mode].get(interface, {}).items() if k not in ARM_KEYS}
+    return {**PRETRAIN["interface"], **overrides, "kind": arm_kind(interface)}
 
 
 def run_summaries():
@@ -351,16 +446,17 @@ def teacher_source(slot):
     return stand_in_file(slot, "final") if "stand_in" in entry else entry["teacher"]
 
 
-def run_inputs(tokenizer):
-    """A training run's data: the train and val token files and the tokenizer folder."""
-    inputs = {split: token_file(tokenizer, split) for split in SPLITS}
+def run_inputs(role):
+    """A training run's data: the train and val token files of its role (role_data) and the tokenizer folder."""
+    tokenizer, domain = role_data(role)
+    inputs = {split: token_file(tokenizer, split, domain) for split in SPLITS}
     inputs["tokenizer"] = tokenizer_dir(tokenizer)
     return inputs
 
 
 def pretrain_inputs(wildcards):
     """Inputs of one pretraining arm: its data, and the stand-in teacher the pipeline trains first."""
-    inputs = run_inputs(mode_tokenizer(wildcards.mode))
+    inputs = run_inputs(wildcards.mode)
     if wildcards.mode == "teacher" and wildcards.slot in STAND_IN_SLOTS:
         inputs["teacher"] = teacher_source(wildcards.slot)
     return inputs
@@ -377,7 +473,7 @@ def diagnostics_file(run):
 
 
 def diagnostics_files():
-    return [diagnostics_file(run) for run in pretrain_runs()]
+    return [diagnostics_file(run) for run in diagnosed_runs()]
 
 
 def lora_dir(run, task):
@@ -396,7 +492,8 @@ def merged_output(path):
 
 
 def posttrain_outputs():
-    """Every LoRA run's evaluations and side effects: the post-training stage's final outputs."""
+    """Every LoRA run's evaluations and side effects (and its frontier, with posttrain.frontier_lrs): the
+    post-training stage's final outputs."""
     return [
         lora_file(run, t, leaf)
         for run in posttrain_runs()
@@ -412,7 +509,10 @@ FIGURES_DIR = "results/figures"
 REPORT_FILE = "results/REPORT.md"
 MLFLOW_SUMMARY_FILE = "results/mlflow/summary.json"
 TABLES = ["claims", "table1", "table2", "table3", "table4_scores", "table4_side_effects"]  # claims: a verdict each
-CLAIM_GROUPS = ["interface", "training", "layerwise", "side_effects", "posttrain"]  # one claims figure per group
+STUDY_TABLES = ["stability", "teacher_gap", "frontier"] if SEEDS else []  # the study's supporting tables
+TABLES += STUDY_TABLES
+CLAIM_GROUPS = ["interface", "training", "stability", "layerwise", "side_effects", "posttrain"]  # a figure per group
+STUDY_FIGURES = ["study_frontier", "study_teacher_gap"] if SEEDS else []  # pit figure claims --study
 FIGURES = [
     *(f"figure{n}_{mode}_loss" for n, mode in LOSS_FIGURES.items()),
     "interface_drift",
@@ -420,6 +520,7 @@ FIGURES = [
     "side_effects",
     *(["stand_in_teachers"] if STAND_IN_SLOTS else []),  # their learning curves
     *(f"claims_{group}" for group in CLAIM_GROUPS),
+    *STUDY_FIGURES,
 ]
 TABLE_SUFFIXES = ("md", "csv", "tex", "json", "html")
 
@@ -473,14 +574,18 @@ def transition_args():
 # --- Specs: the JSON object each `pit ... --spec` gets ----------------------------------------------
 
 
-def tokenize_spec(split):
-    """`pit data tokenize`: the train split is cut to the token budget, the val split never is.
-    (`--workers` is the job's threads, passed as its own flag: it does not change the file.)"""
-    return {
+def tokenize_spec(split, domain=None):
+    """`pit data tokenize`: the train split is cut to the token budget, the val split never is; with a corpus
+    domain, only its documents. (`--workers` is the job's threads, passed as its own flag: it does not change the
+    file.)"""
+    spec = {
         "batch_documents": config["tokenize"]["batch_documents"],
         "token_budget": config["tokenize"]["token_budget"] if split == "train" else None,
         "context_length": config["context_length"],
     }
+    if domain is not None:
+        spec["domain"] = {"name": domain, "include": None, "exclude": [], **DOMAINS[domain]}
+    return spec
 
 
 def run_name(run, prefix=""):
@@ -498,38 +603,41 @@ def seed_settings(run, tags):
 def train_spec(run):
     """`pit train` of one pretraining run (docs/training.md); arms with the same seed see the same data order."""
     mode, slot, interface, _ = run
-    tokenizer = mode_tokenizer(mode)
+    data = run_inputs(mode)
     spec = {
         **PRETRAIN["train"],
         **PRETRAIN["mode_train"].get(mode, {}),
         **PRETRAIN[f"{mode}_slots"][slot].get("train", {}),
+        **ARM_ENTRIES[mode].get(interface, {}).get("train", {}),
     }
     spec.update(
         mode=mode,
         model=teacher_source(slot) if mode == "teacher" else PRETRAIN["scratch_slots"][slot]["model"],
         interface=arm_interface(mode, interface),
-        train_data=token_file(tokenizer, "train"),
-        val_data=token_file(tokenizer, "val"),
-        tokenizer=tokenizer_dir(tokenizer),
+        train_data=data["train"],
+        val_data=data["val"],
+        tokenizer=data["tokenizer"],
         seq_len=config["context_length"],
         run_name=run_name(run),
         mlflow=config["mlflow"],
-        **seed_settings(run, {"slot": slot, "profile": PROFILE}),
+        **seed_settings(
+            run, {"slot": slot, "profile": PROFILE, **({"sweep_of": sweep_of(run)} if sweep_of(run) else {})}
+        ),
     )
     return spec
 
 
 def stand_in_spec(slot):
     """`pit train` of the tied GPT-2 stand-in teacher of a slot."""
-    tokenizer = mode_tokenizer("teacher")
+    data = run_inputs("stand_in")
     spec = {**PRETRAIN["train"], **PRETRAIN["stand_in_teacher"]}
     spec.update(
         mode="scratch",
         model=PRETRAIN["teacher_slots"][slot]["stand_in"],
         interface={"kind": "tt"},
-        train_data=token_file(tokenizer, "train"),
-        val_data=token_file(tokenizer, "val"),
-        tokenizer=tokenizer_dir(tokenizer),
+        train_data=data["train"],
+        val_data=data["val"],
+        tokenizer=data["tokenizer"],
         seq_len=config["context_length"],
         run_name=f"stand-in-teacher-{slot}",
         tags={"slot": slot, "profile": PROFILE, "role": "stand-in-teacher"},
@@ -544,9 +652,13 @@ def diagnose_spec():
 
 
 def lora_spec(run, task):
-    """`pit lora train` of one pretrained run on one task (docs/posttraining.md)."""
+    """`pit lora train` of one pretrained run on one task (docs/posttraining.md); with posttrain.frontier_lrs the
+    run also trains its LoRA at those rates (the side-effect frontier, measured on the problems `pit evaluate`
+    scores)."""
     mode, slot = run[:2]
     spec = dict(POST["lora"])
+    if FRONTIER_LRS:
+        spec.update(frontier_lrs=FRONTIER_LRS, frontier_eval_limit=POST["evaluate"]["limit"])
     spec.update(
         base=final_model(run),
         task=task,
@@ -587,12 +699,15 @@ def evaluate_spec(run, task):
 
 def spec_field_keys(kind, field, overrides):
     """The config key a field of a resolved run spec comes from (`overrides`: the sections that override
-    pretrain.train for this run, last wins: mode_train.<mode> and <mode>_slots.<slot>.train, or stand_in_teacher)."""
+    pretrain.train for this run, last wins: mode_train.<mode>, <mode>_slots.<slot>.train and <mode>_arms.<arm>.train,
+    or stand_in_teacher)."""
     if field == "side_effect_seq_len" or (kind == "train" and field == "seq_len"):
         return ["context_length"]
     if field == "mlflow":
         return ["mlflow"]
     if kind == "lora":
+        if field in ("frontier_lrs", "frontier_eval_limit"):
+            return ["posttrain", "frontier_lrs"] if field == "frontier_lrs" else ["posttrain", "evaluate", "limit"]
         return ["posttrain", "data_source"] if field == "source" else ["posttrain", "lora", field]
     if field in ("interface", "tokenizer"):
         return ["pretrain", field]
@@ -621,7 +736,11 @@ def check_run_specs():
         (
             "train",
             train_spec(run),
-            [["pretrain", "mode_train", run[0]], ["pretrain", f"{run[0]}_slots", run[1], "train"]],
+            [
+                ["pretrain", "mode_train", run[0]],
+                ["pretrain", f"{run[0]}_slots", run[1], "train"],
+                ["pretrain", f"{run[0]}_arms", run[2], "train"],
+            ],
         )
         for run in pretrain_runs()
     ]

@@ -9,7 +9,7 @@ rule download_corpus:
     conda:
         ENV
     params:
-        spec=json_arg(config["corpus"]),
+        spec=json_arg(corpus_spec()),
     shell:
         logged("pit data download --spec {params.spec} --out {output}")
 
@@ -60,6 +60,29 @@ rule tokenize:
     threads: config["tokenize"]["workers"]
     params:
         spec=lambda wc: json_arg(tokenize_spec(wc.split)),
+    shell:
+        logged(
+            "pit data tokenize --corpus {input.corpus} --split {wildcards.split} --tokenizer {input.tokenizer}"
+            " --out {output.tokens} --workers {threads} --spec {params.spec}"
+        )
+
+
+rule tokenize_domain:
+    """One corpus domain's part of a split (corpus.domains: documents by path), e.g. the stand-in teacher's data
+    and the data teacher-mode runs continue on."""
+    input:
+        corpus=corpus_manifest(),
+        tokenizer=tokenizer_dir("{tokenizer}"),
+    output:
+        tokens=token_file("{tokenizer}", "{split}", "{domain}"),
+        sidecar=token_sidecar("{tokenizer}", "{split}", "{domain}"),
+    log:
+        log_path("data", "tokenize_{tokenizer}_{domain}_{split}"),
+    conda:
+        ENV
+    threads: config["tokenize"]["workers"]
+    params:
+        spec=lambda wc: json_arg(tokenize_spec(wc.split, wc.domain)),
     shell:
         logged(
             "pit data tokenize --corpus {input.corpus} --split {wildcards.split} --tokenizer {input.tokenizer}"

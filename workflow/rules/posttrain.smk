@@ -3,6 +3,7 @@ and out-of-domain, the base models' scores for the gains, and the side effects o
 
 Folders: results/posttrain/<mode>/<slot>/<interface>/
     <lora task>/                     one `pit lora train` run: adapter/, merged/, side_effects.json, summary.json
+                                     (and frontier.json with posttrain.frontier_lrs)
     <lora task>/eval/<task>.json     the merged model in-domain and out-of-domain (rule evaluate)
     <lora task>/base/<task>.json     the pretrained model on the same sets: the gains' reference (rule evaluate)
 docs/posttraining.md describes every setting.
@@ -14,6 +15,7 @@ rule lora:
         base=final_model(RUN),
         val=lambda wc: val_tokens(wc.mode),
     output:
+        **({"frontier": lora_file(RUN, "{task}", "frontier.json")} if FRONTIER_LRS else {}),
         summary=lora_file(RUN, "{task}", "summary.json"),
         side_effects=lora_file(RUN, "{task}", "side_effects.json"),
         adapter=directory(lora_file(RUN, "{task}", "adapter")),

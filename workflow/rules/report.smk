@@ -81,6 +81,7 @@ rule claims:
         run_summaries() + diagnostics_files() + posttrain_outputs(),
     output:
         **table_outputs("claims"),
+        seeds=f"{table_stem('claims')}_seeds.csv",
     log:
         log_path("report", "claims"),
     conda:
@@ -89,17 +90,62 @@ rule claims:
         logged(f"pit table claims --runs {RESULTS_ROOT} --profile {PROFILE} --out {table_stem('claims')}")
 
 
+rule table_stability:
+    """The learning-rate sweep: spikes, skipped steps, divergence and final loss per learning rate and arm."""
+    input:
+        run_summaries(),
+    output:
+        **table_outputs("stability"),
+    log:
+        log_path("report", "stability"),
+    conda:
+        ENV
+    shell:
+        logged(f"pit table stability --runs {RESULTS_ROOT} --profile {PROFILE} --out {table_stem('stability')}")
+
+
+rule table_teacher_gap:
+    """Teacher mode: each arm's validation-loss gap to TT at every validation step."""
+    input:
+        run_summaries(),
+    output:
+        **table_outputs("teacher_gap"),
+    log:
+        log_path("report", "teacher_gap"),
+    conda:
+        ENV
+    shell:
+        logged(f"pit table teacher_gap --runs {RESULTS_ROOT} --profile {PROFILE} --out {table_stem('teacher_gap')}")
+
+
+rule table_frontier:
+    """The side-effect frontier: in-domain gain and KL per LoRA learning rate and arm."""
+    input:
+        run_summaries() + posttrain_outputs(),
+    output:
+        **table_outputs("frontier"),
+    log:
+        log_path("report", "frontier"),
+    conda:
+        ENV
+    shell:
+        logged(f"pit table frontier --runs {RESULTS_ROOT} --profile {PROFILE} --out {table_stem('frontier')}")
+
+
 rule figure_claims:
     input:
         run_summaries() + diagnostics_files() + posttrain_outputs(),
     output:
         [figure_output(f"claims_{group}", "claims") for group in CLAIM_GROUPS],
+        [figure_output(name, name.removeprefix("study_")) for name in STUDY_FIGURES],
     log:
         log_path("report", "figure_claims"),
     conda:
         ENV
+    params:
+        study="--study" if STUDY_FIGURES else "",
     shell:
-        logged(f"pit figure claims --runs {RESULTS_ROOT} --profile {PROFILE} --out-dir {FIGURES_DIR}")
+        logged(f"pit figure claims --runs {RESULTS_ROOT} --profile {PROFILE} --out-dir {FIGURES_DIR} {{params.study}}")
 
 
 rule figure_loss_curves:
