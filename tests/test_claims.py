@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -297,3 +298,28 @@ def test_cli_tables_figures_report_and_an_independent_recomputation(results, tmp
     assert section[0] == "## The claims table" and "![claims_interface](figures/claims_interface.png)" in section
     assert claims_section(tmp_path / "none", figs, tmp_path / "REPORT.md") == []
     assert summary_markdown(table).startswith("**Interface**")
+
+
+def test_the_committed_study_recomputes_and_supports_nothing_unfounded():
+    """docs/results/study: every claims row recomputes from the committed per-seed table (scripts/check_claims.py);
+    no `supported` row is structural, from a degenerate arm, or matched by the untied control; the run took at most
+    120 minutes on 2 cores."""
+    study = ROOT / "docs" / "results" / "study"
+    check = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_claims.py"), str(study / "tables" /
+                            "claims.csv")], capture_output=True, text=True)  # fmt: skip
+    assert check.returncode == 0 and "0 mismatches" in check.stdout, check.stdout[-2000:]
+    table = pd.read_csv(study / "tables" / "claims.csv").fillna({"lora": ""})
+    seeds = pd.read_csv(study / "tables" / "claims_seeds.csv").fillna({"lora": ""})
+    supported = table[table["verdict"] == "supported"]
+    assert (supported["evidence"] != "construction").all() and (supported["p_holm"] <= 0.05).all()
+    context = seeds[seeds["lora"] == ""].pivot_table(index=["mode", "slot", "arm"], columns="metric", values="value")
+    for r in supported.itertuples():
+        for arm in (r.arm, "tt") if r.claim not in ("stability_divergence", "stability_lr_sensitivity") else ():
+            c = context.loc[(r.mode, r.slot, arm)]
+            assert c["val_loss"] < c["unigram_entropy"] and c["val_loss"] < c["log_vocab"] - 0.1, (r.claim, arm)
+        if r.claim.startswith(("lens_", "side_effect_")):
+            same_side = (r.untied_diff > 0) == (r.diff > 0)
+            assert not (same_side and r.untied_p <= 0.05), r.claim
+    readme = (study / "README.md").read_text()
+    minutes = float(re.search(r"Wall time: ([0-9.]+) minutes", readme).group(1))
+    assert minutes <= 120 and "2 cores" in readme

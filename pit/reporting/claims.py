@@ -371,8 +371,8 @@ GENERIC_READINGS = {
     "not specific to PIT": "the untied control shows the same effect, so it is not evidence for PIT's interface",
     "inconclusive": "the seeds do not resolve the difference after the Holm adjustment: not 'no effect', not enough "
     "evidence at this scale",
-    "degenerate": "an arm that did not learn (validation loss at or above the unigram entropy, or near ln V) takes "
-    "part in every tested row, so the comparison says nothing about the claim",
+    "degenerate": "an arm that learned no more than token frequencies (validation loss at or above the unigram "
+    "entropy, or near ln V) takes part in every tested row, so the comparison says nothing about the claim",
     "not testable": "nothing to compare at this scale (see the rows' reasons)",
     "n = 1": "one seed: no interval, no verdict",
     "not measured": "the runs that measure it are missing",

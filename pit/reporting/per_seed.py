@@ -203,9 +203,9 @@ def lr_sensitivity(table: list[dict]) -> list[dict]:
     return out
 
 
-def _rows(run, group: str, lora: str, metrics: dict[str, float]) -> list[dict]:
-    seed = -1 if run.seed is None else run.seed
-    base = {"mode": run.mode, "slot": run.slot, "group": group, "lora": lora, "arm": run.interface, "seed": seed}
+def _rows(mode: str, slot: str, arm: str, seed, group: str, lora: str, metrics: dict[str, float]) -> list[dict]:
+    """The per-seed rows of one run's metrics (seed -1 for a run of a profile without seeds)."""
+    base = {"mode": mode, "slot": slot, "group": group, "lora": lora, "arm": arm, "seed": -1 if seed is None else seed}
     return [{**base, "metric": k, "value": v} for k, v in metrics.items()]
 
 
@@ -224,17 +224,16 @@ def per_seed_table(results: str | Path, stages: tuple[str, ...] = STAGES) -> pd.
         group = run_json.get("params", {}).get("train", {}).get("tags", {}).get("sweep_of") or run.slot
         groups[(run.mode, run.slot)] = group
         rows = read_jsonl(path) if path.is_file() else []
-        table += _rows(run, group, "", pretrain_metrics(summary, rows, run_json))
+        table += _rows(*run[:4], group, "", pretrain_metrics(summary, rows, run_json))
     for run, d in _runs(results / "diagnostics", "diagnostics.json") if "diagnostics" in stages else []:
-        table += _rows(run, groups.get((run.mode, run.slot), run.slot), "", diagnostics_metrics(d))
+        table += _rows(*run[:4], groups.get((run.mode, run.slot), run.slot), "", diagnostics_metrics(d))
     post = results / "posttrain"
     if "posttrain" in stages and post.is_dir() and _runs(post, "*/side_effects.json"):
         for r in posttrain_runs(post):
-            run = type("R", (), {"mode": r["mode"], "slot": r["slot"], "interface": r["interface"], "seed": r["seed"]})
+            folder = post / r["mode"] / r["slot"] / r["interface"] / ("" if r["seed"] is None else f"seed{r['seed']}")
             for task, record in r["lora"].items():
-                where = Path(r["mode"], r["slot"], r["interface"], *([f"seed{r['seed']}"] if r["seed"] is not None
-                                                                      else []), task, "frontier.json")  # fmt: skip
-                frontier = read_json(post / where) if (post / where).is_file() else None
-                table += _rows(run, r["slot"], task, lora_metrics(record, task, frontier))
+                path = folder / task / "frontier.json"
+                metrics = lora_metrics(record, task, read_json(path) if path.is_file() else None)
+                table += _rows(r["mode"], r["slot"], r["interface"], r["seed"], r["slot"], task, metrics)
     table += add_matched_gain(table) + lr_sensitivity(table)
     return pd.DataFrame(table, columns=COLUMNS)

@@ -55,6 +55,7 @@ rule tokenize:
         sidecar=token_sidecar("{tokenizer}", "{split}"),
     log:
         log_path("data", "tokenize_{tokenizer}_{split}"),
+    priority: 20  # data before training (a waiting job's priority did not reach the jobs it waits for: docs/workflow.md)
     conda:
         ENV
     threads: config["tokenize"]["workers"]
@@ -78,6 +79,7 @@ rule tokenize_domain:
         sidecar=token_sidecar("{tokenizer}", "{split}", "{domain}"),
     log:
         log_path("data", "tokenize_{tokenizer}_{domain}_{split}"),
+    priority: 20  # the stand-in teacher (priority 10) reads a domain's files: they come first
     conda:
         ENV
     threads: config["tokenize"]["workers"]
