@@ -29,15 +29,24 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path next to `path`; on success rename it onto `path` (atomic on POSIX).
 
     Works for files and directories. On error the temporary is removed and `path` is untouched. Temporaries of
-    `path` that a killed process left behind are removed first (`remove_stale_temporaries`).
+    `path` that a killed process left behind are removed first (`remove_stale_temporaries`). A folder is only
+    ever replaced by a folder and a file by a file: writing a file where a folder is (or the reverse) is a PitError
+    and leaves `path` as it was, so a mistyped --out never deletes a folder of results.
     """
     path = Path(path)
+    blocked = next((p for p in [path.parent, *path.parent.parents] if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise PitError(f"cannot write {str(path)!r}: {str(blocked)!r} is a file, not a folder")
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path.parent, path.name)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp", dir=path.parent))
     target = tmp / path.name
     try:
         yield target
+        if path.exists() and path.is_dir() != target.is_dir():
+            have, new = ("a folder", "a file") if path.is_dir() else ("a file", "a folder")
+            raise PitError(f"{str(path)!r} is {have}; this writes {new} there: nothing was replaced (choose another "
+                           "path, or remove it yourself)")  # fmt: skip
         if path.is_dir() and not path.is_symlink():
             old = path.with_name(f".{path.name}.old.tmp")
             shutil.rmtree(old, ignore_errors=True)

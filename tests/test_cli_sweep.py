@@ -18,7 +18,7 @@ import json
 import re
 
 import pytest
-from helpers import STDLIB_CORPUS
+from helpers import ROOT, STDLIB_CORPUS
 
 from pit.commands import COMMANDS, build_parser, main
 
@@ -53,6 +53,7 @@ SWEEP = {
         (["--spec", js(STDLIB_CORPUS, seed="0"), "--out", "{T}/c/m.json"], "seed '0'"),
         (["--spec", js(STDLIB_CORPUS, bogus=1), "--out", "{T}/c/m.json"], "unknown key(s) ['bogus']"),
         (["--spec", js(STDLIB_CORPUS, glob="{T}/nothing/*.txt"), "--out", "{T}/c/m.json"], "matches no files"),
+        (["--spec", js(STDLIB_CORPUS, max_documents=2), "--out", "{T}/empty"], "'{T}/empty' is a folder; expected"),
         (["--out", "{T}/c/m.json"], "--spec"),
     ],
     "data tokenizer": [
@@ -61,6 +62,8 @@ SWEEP = {
         (["--name", "b", "--spec", js(BPE, kind="wordpiece"), "--out", "{T}/tok"], "kind 'wordpiece'"),
         (["--name", "b", "--spec", js(BPE), "--corpus", "{T}/none.json", "--out", "{T}/tok"], "none.json"),
         (["--name", "b", "--spec", "[1, 2]", "--out", "{T}/tok"], "expected a JSON object"),
+        (["--name", "b", "--spec", js(BPE), "--corpus", "{T}/notman.json", "--out", "{T}/tok"], "not a manifest"),
+        (["--name", "b", "--spec", js(BPE), "--corpus", "{T}/binary.json", "--out", "{T}/tok"], "is not JSON"),
     ],
     "data tokenize": [
         (["--corpus", "{T}/none.json", "--split", "train", "--tokenizer", "{T}", "--out", "{T}/x.bin"], "none.json"),
@@ -70,9 +73,13 @@ SWEEP = {
         ([*TOK, "--context-length", "0"], "--context-length 0"),
         (["--corpus", "c", "--split", "test", "--tokenizer", "t", "--out", "x.bin"], "--split"),
         ([*TOK, "--token-budget", "lots"], "--token-budget"),
+        (["--corpus", "{T}/notman.json", *TOK[2:]], "'{T}/notman.json' is not a manifest of `pit data download`"),
+        (["--corpus", "{T}/binary.json", *TOK[2:]], "'{T}/binary.json' is not JSON (UnicodeDecodeError)"),
     ],
     "train": [
         (["--spec", js(TRAIN, grad_clip=-1), "--out", "{T}/r"], "grad_clip -1"),
+        (["--spec", js(TRAIN, mlflow={"enabled": "yes"}), "--out", "{T}/r"], 'enabled "yes" is not true or false'),
+        (["--spec", js(TRAIN, mlflow={"enabled": True, "uri": "x"}), "--out", "{T}/r"], "unknown key(s) ['uri']"),
         (["--spec", js(TRAIN, lr=float("inf")), "--out", "{T}/r"], "lr Infinity"),
         (["--spec", js(TRAIN, final_loss_window=0), "--out", "{T}/r"], "final_loss_window 0"),
         (["--spec", js(TRAIN, eval_batches=0), "--out", "{T}/r"], "eval_batches 0"),
@@ -141,6 +148,7 @@ SWEEP = {
         (["table1", "--runs", "{T}/runs", "--profile", "p", "--out", "{T}/t"], "summary.json' is not valid JSON"),
         (["table9", "--profile", "p", "--out", "{T}/t"], "table9"),
         (["table4", "--runs", "{T}/runs", "--profile", "p", "--out", "{T}/t"], "table4_scores"),  # now two tables
+        (["claims", "--runs", "{T}/empty", "--profile", "p", "--out", "{T}/t"], "no pretrain/, diagnostics/"),
     ],
     "figure": [
         (["loss-curves", "--runs", "{T}/runs", "--profile", "p", "--out", "{T}/f.png"], "--mode"),
@@ -155,6 +163,7 @@ SWEEP = {
         (["--config", "{T}"], "is a folder"),
         (["--config", '{"profile": "x"}'], "'pretrain'"),
         (["--config", "[1, 2]"], "'[1, 2]'"),
+        (["--config", "{T}/ok.yaml", "--tables", "{T}/none", "--out", "{T}/R.md"], "--tables {T}/none: no tables"),
     ],
     "arch": [
         (["--bogus"], "--bogus"),
@@ -204,6 +213,7 @@ SWEEP = {
         (["--experiment", "x"], "--out"),
         (["--out", "{T}/r.jsonl"], "--experiment"),
         (["--experiment", "x", "--out", "{T}/r.jsonl", "--tracking-uri", "sqlite:///{T}/bad.yaml"], "not an SQLite"),
+        (["--experiment", "", "--out", "{T}/r.jsonl"], "--experiment '': expected an experiment name"),
     ],
     "mlflow ui": [
         (["--port", "0"], "--port 0: expected 1 to 65535"),
@@ -250,6 +260,10 @@ def files(tmp_path_factory):
     run = root / "runs" / "scratch" / "303m" / "pit"
     run.mkdir(parents=True)
     (run / "summary.json").write_text('{"final_loss": 3.1, "val_lo')
+    (root / "notman.json").write_text('{"a": 1}')  # JSON, not a corpus manifest
+    (root / "binary.json").write_bytes(bytes(range(128, 256)))  # not text
+    (root / "empty").mkdir()
+    (root / "ok.yaml").write_text((ROOT / "config" / "config.yaml").read_text())
     return root
 
 

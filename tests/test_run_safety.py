@@ -213,6 +213,32 @@ def test_damaged_checkpoints_fall_back_to_the_newest_intact_one(tiny_data, tmp_p
     assert losses(run) == losses(ref) and same_weights(run / "final", ref / "final")
 
 
+def test_checkpoints_that_read_fine_but_hold_other_bytes_are_damaged(tiny_data, tmp_path, caplog):
+    """A bit flip in the newest checkpoint's weights, the weights of another step, a tensor removed: each reads
+    as a valid safetensors file, so before checksums the run resumed from it silently (another final model, rc 0).
+    Each checkpoint's checksums.sha256 tells, and the run falls back to the newest intact one."""
+    from safetensors.torch import load_file, save_file
+
+    s = spec(tiny_data, checkpoint_every=1, keep_checkpoints=6)
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    train(PretrainArgs.from_dict(s), ref)
+    assert train(PretrainArgs.from_dict(s | {"stop_after_steps": 6}), run) == {}
+    ckpts = run / "checkpoints"
+    weights = {k: ckpts / f"step-00000{k}/model/model.safetensors" for k in (3, 4, 5, 6)}
+    data = bytearray(weights[6].read_bytes())
+    data[-5] ^= 0x01  # one bit of the last tensor's data
+    weights[6].write_bytes(bytes(data))
+    weights[5].write_bytes(weights[3].read_bytes())  # another step's weights
+    tensors = load_file(weights[4])
+    save_file(dict(list(tensors.items())[1:]), weights[4])  # one tensor fewer
+    with caplog.at_level(logging.WARNING, logger="pit.training"):
+        train(PretrainArgs.from_dict(s), run)
+    for bad in ("step-000006", "step-000005", "step-000004"):
+        assert f"checkpoint {ckpts / bad} is damaged" in caplog.text, caplog.text
+    assert "falling back to step-000003" in caplog.text
+    assert losses(run) == losses(ref) and same_weights(run / "final", ref / "final")
+
+
 # --- one training, one MLflow run --------------------------------------------------------------------------------
 
 

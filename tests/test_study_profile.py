@@ -101,9 +101,9 @@ def test_a_seed_sets_the_runs_seed_name_data_and_settings(study, dry_run):
     assert stand_in["train_data"] == "results/data/bpe4k/lib/train.bin"
     sweep, main = by_name["scratch-303m-lr1-tt-s2"], by_name["scratch-303m-tt-s2"]
     assert sweep["tags"]["sweep_of"] == "303m" and sweep["lr"] == 1.0
-    assert {k: v for k, v in sweep.items() if k not in ("lr", "min_lr", "run_name", "tags")} == {
-        k: v for k, v in main.items() if k not in ("lr", "min_lr", "run_name", "tags")
-    }
+    varied = ("lr", "min_lr", "allow_divergence", "run_name", "tags")  # a sweep records a diverged run as finished
+    assert sweep["allow_divergence"] is True and "allow_divergence" not in main
+    assert {k: v for k, v in sweep.items() if k not in varied} == {k: v for k, v in main.items() if k not in varied}
     lora = by_name["lora-mbpp-teacher-256m-tt-s3"]
     assert lora["frontier_lrs"] == study["posttrain"]["frontier_lrs"] and lora["val_data"].endswith("tests/val.bin")
     assert "teacher-256m-tt-s4" in by_name and "teacher-256m-pit-s4" not in by_name  # pit: 3 seeds

@@ -32,6 +32,9 @@ def diagnose(
     device: str = "cpu",
 ) -> dict:
     """All diagnostics of one checkpoint; the validation-data parts are None without `val_data`."""
+    data = None if val_data is None else TokenFile(val_data)
+    if data is not None:
+        data.check_checkpoint(checkpoint)  # before the model loads
     model = load_model(checkpoint, device=device)
     E, W_out = interface_matrices(model, float64=True)
     metrics = interface_metrics(E, W_out)
@@ -49,8 +52,7 @@ def diagnose(
         "layerwise": None,
         "lens": None,
     }
-    if val_data is not None:
-        data = TokenFile(val_data)
+    if data is not None:
         check_vocab(model, data)
         out["direct_path"]["bigram"] = bigram_fit(E, W_out, data.tokens[:bigram_tokens])
         batches = last_position_states(model, data, positions, seed, seq_len)  # one forward pass for both

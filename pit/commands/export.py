@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from pit.errors import PitError
 from pit.models.export import export_checkpoint
 
 
 def run(args: argparse.Namespace) -> int:
+    dst = Path(args.dst)
+    if dst.is_dir() and any(dst.iterdir()) and not args.force:
+        raise PitError(f"{args.dst!r} exists and is not empty; pass --force to replace it with the export")
     model, exported = export_checkpoint(args.src, args.dst)
     print(f"exported {type(model).__name__} ({model.interface.kind}) -> {type(exported).__name__} at {args.dst}")
     return 0
@@ -21,5 +26,6 @@ def register(sub) -> None:
         "family, CohereForCausalLM for the scratch family) whose logits equal SRC's.",
     )
     p.add_argument("src", help="project checkpoint folder (save_pretrained)")
-    p.add_argument("dst", help="output folder")
+    p.add_argument("dst", help="output folder (a new one: an existing folder that is not empty needs --force)")
+    p.add_argument("--force", action="store_true", help="replace DST when it exists (its files are deleted)")
     p.set_defaults(func=run)

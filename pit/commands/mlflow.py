@@ -35,6 +35,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if not args.experiment.strip():
+        raise PitError(f"--experiment {args.experiment!r}: expected an experiment name, e.g. pit-default")
     n = export_runs(args.out, args.experiment, args.tracking_uri)
     print(f"{args.out}: {n} runs of experiment {args.experiment!r}")
     return 0

@@ -19,6 +19,8 @@ def run(args: argparse.Namespace) -> int:
     if args.windows < 1 or args.seq_len < 2:
         raise PitError(f"--windows {args.windows}, --seq-len {args.seq_len}: expected >= 1 and >= 2")
     data = TokenFile(args.val_data)
+    for checkpoint in (args.before, args.after):
+        data.check_checkpoint(checkpoint)
     result = fx.side_effects(load_model(args.before), load_model(args.after), data, args.seq_len, args.windows)
     result.update(before=str(args.before), after=str(args.after), val_data=str(args.val_data))
     if args.out:

@@ -27,6 +27,10 @@ def cmd_table(args: argparse.Namespace) -> int:
     if name != "table3" and not args.runs:
         raise PitError(f"{name} reads run folders: pass --runs <root of <mode>/<slot>/<interface>/>")
     notes = list(args.note or [])
+    if name in ("claims", *study_tables.BUILDERS) and not any(
+        (Path(args.runs) / stage).is_dir() for stage in ("pretrain", "diagnostics", "posttrain")
+    ):
+        raise PitError(f"--runs {args.runs}: no pretrain/, diagnostics/ or posttrain/ there; expected the results root")
     if name == "claims":  # the per-seed table beside it, and how each claim's metric is computed under it
         seeds = per_seed_table(args.runs)
         df = claims_from_seeds(seeds)

@@ -188,6 +188,10 @@ def _write_chunk(folder: Path, index: int, rows: list[dict[str, Any]]) -> dict[s
 def download(spec: dict[str, Any], manifest_path: str | os.PathLike) -> dict[str, Any]:
     """Download the corpus described by `spec` next to `manifest_path`; return the manifest."""
     check_spec(spec)
+    if Path(manifest_path).is_dir():  # before anything is written: the shards would land in its parent
+        raise PitError(
+            f"--out {str(manifest_path)!r} is a folder; expected the manifest file, e.g. <folder>/manifest.json"
+        )
     folder = Path(manifest_path).parent
     progress = _load_progress(folder, spec) if folder.exists() else None
     if progress is None or not progress["finished"]:
@@ -299,11 +303,30 @@ def skipped_files(spec: dict[str, Any], files: list[dict[str, Any]], progress: d
 # Reading back
 
 
+MANIFEST_KEYS = ("name", "documents", "splits", "shards", "manifest_sha256")
+
+
 def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    """The manifest `pit data download` wrote; a PitError naming the file when it is missing, not JSON, or not a
+    manifest (a key missing, or shards that are not {split: [{file, rows, sha256}]})."""
     path = Path(path)
     if not path.is_file():
         raise PitError(f"corpus manifest {str(path)!r} does not exist: run `pit data download` first")
-    return json.loads(path.read_text())
+    try:
+        manifest = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise PitError(f"corpus manifest {str(path)!r} is not JSON ({type(err).__name__}); expected the "
+                       "manifest.json `pit data download` writes") from None  # fmt: skip
+    missing = [k for k in MANIFEST_KEYS if not isinstance(manifest, dict) or k not in manifest]
+    shards = manifest.get("shards") if isinstance(manifest, dict) else None
+    if (
+        missing
+        or not isinstance(shards, dict)
+        or not all(isinstance(v, list) and all(isinstance(s, dict) and "file" in s for s in v) for v in shards.values())
+    ):
+        what = f"it lacks {missing}" if missing else "its shards are not {split: [{file, rows, sha256}]}"
+        raise PitError(f"corpus manifest {str(path)!r} is not a manifest of `pit data download`: {what}")
+    return manifest
 
 
 def check_domain(domain: Any) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from pit.errors import PitError
-from pit.io import read_json
+from pit.io import read_json, sha256_file
 
 MAX_ID_CHUNK = 1 << 26  # tokens per step of the max-id pass (128 MiB of uint16)
 SIDECAR_KEYS = {"dtype": str, "tokens": int, "vocab_size": int, "eos_id": int}
@@ -92,6 +92,20 @@ class TokenFile:
                     f"token file {str(self.path)!r} records {key} {self.meta.get(key)!r} but the tokenizer in "
                     f"{str(folder)!r} has {meta.get(key)!r}; expected a token file made with this tokenizer"
                 )
+
+    def check_checkpoint(self, checkpoint: str | os.PathLike) -> None:
+        """The token file was made with the tokenizer a checkpoint carries (its tokenizer.json, the file
+        `tokenizer_sha256` hashes): a checkpoint without one, or a sidecar without the hash, is not checked. The
+        vocabulary size alone does not tell two tokenizers apart."""
+        saved = Path(checkpoint) / "tokenizer.json"
+        recorded = self.meta.get("tokenizer_sha256")
+        if saved.is_file() and recorded and sha256_file(saved) != recorded:
+            name = self.meta.get("tokenizer")
+            raise PitError(
+                f"token file {str(self.path)!r} was made with tokenizer {recorded[:12]} ({name!r}) but the checkpoint "
+                f"{str(checkpoint)!r} carries tokenizer {sha256_file(saved)[:12]}; expected data tokenized with the "
+                "checkpoint's tokenizer"
+            )
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -314,6 +314,8 @@ def build_report(config: dict, tables: Path, figures: Path, out: Path, runs: Pat
             f"config has no {err} (or a value of another kind); expected the pipeline config (config/config.yaml, "
             "with profile, context_length, corpus, pretrain, posttrain)"
         ) from None
+    if not tables.is_dir() or not any(tables.glob("*.md")):
+        raise PitError(f"--tables {tables}: no tables there; expected the folder `pit table` writes (*.md)")
     parts = [
         "# PIT reproduction report",
         "",

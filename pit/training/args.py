@@ -129,6 +129,24 @@ def default_warmup(max_steps: int) -> int:
     return min(WARMUP_CAP, max_steps // 10)
 
 
+MLFLOW_KEYS = {"tracking_uri": (str, type(None)), "experiment": (str,), "enabled": (bool,)}
+
+
+def mlflow_problem(block: dict) -> str | None:
+    """What is wrong with a run's `mlflow` block ({tracking_uri: str | null, experiment: str, enabled: bool}, every
+    key optional), or None."""
+    unknown = sorted(set(block) - set(MLFLOW_KEYS))
+    if unknown:
+        return f"unknown key(s) {unknown}; expected some of {sorted(MLFLOW_KEYS)}"
+    for key, kinds in MLFLOW_KEYS.items():
+        if key in block and not isinstance(block[key], kinds):
+            want = {"enabled": "true or false", "experiment": "a string", "tracking_uri": "a string or null"}[key]
+            return f"{key} {json.dumps(block[key])} is not {want}"
+    if isinstance(block.get("experiment"), str) and not block["experiment"].strip():
+        return "experiment '': expected a name"
+    return None
+
+
 @dataclass(kw_only=True)
 class RunArgs:
     """What every training run shares (pretraining and LoRA): the optimizer, the schedule, the runtime, the
@@ -181,6 +199,11 @@ class RunArgs:
         """(condition, message, fields) across fields, after each field's own type and bounds; each message names
         the bad values and what was expected."""
         return [
+            (
+                mlflow_problem(self.mlflow) is None,
+                f"mlflow {json.dumps(self.mlflow)}: {mlflow_problem(self.mlflow)}",
+                ("mlflow",),
+            ),  # fmt: skip
             (
                 self.min_lr <= self.lr,
                 f"lr {self.lr}, min_lr {self.min_lr}; expected 0 <= min_lr <= lr",
@@ -263,9 +286,17 @@ class PretrainArgs(RunArgs):
     """log | skip (skip the update) | stop."""
     on_nonfinite: str = arg("skip", choices=("skip", "stop"))
     """skip | stop."""
+    max_skipped_fraction: float = arg(0.5, ge=0, le=1)
+    """A run that skipped more than this fraction of its steps (non-finite loss or gradient) has diverged."""
+    allow_divergence: bool = False
+    """Record a diverged run (final weights not finite, or too many skipped steps) as finished with `diverged: true`
+    in its summary; False: it ends with an error and is not marked finished (a learning-rate sweep sets True: there
+    divergence is the outcome measured)."""
 
     label = "train config"
-    fingerprint_excludes = RunArgs.fingerprint_excludes + ("log_every", "compile")
+    fingerprint_excludes = RunArgs.fingerprint_excludes + (
+        "log_every", "compile", "max_skipped_fraction", "allow_divergence",
+    )  # fmt: skip
 
     def checks(self) -> list[tuple[bool, str, tuple[str, ...]]]:
         per_micro = self.micro_batch_size * self.seq_len

@@ -244,6 +244,7 @@ def load_data(args: LoraArgs):
     val = None
     if args.val_data:
         val = TokenFile(args.val_data)
+        val.check_checkpoint(args.base)
         val.sequential_starts(args.side_effect_seq_len)  # fails fast if the file is too short
     return task, tokenizer, examples, val
 

@@ -39,7 +39,14 @@ from pit.training.args import PretrainArgs
 from pit.training.objective import NextTokenLoss
 from pit.training.optim import make_optimizer, optimizer_update, warmup_cosine
 from pit.training.run_folder import FinishedRun, MetricsLog, RunFolder, RunHandles, claim
-from pit.training.runtime import Dist, init_distributed, mixed_precision, peak_memory_mb, resolve_device
+from pit.training.runtime import (
+    Dist,
+    check_activation_memory,
+    init_distributed,
+    mixed_precision,
+    peak_memory_mb,
+    resolve_device,
+)
 
 STALE_OUTPUTS = ("metrics.jsonl", "summary.json", "final")
 REQUIRED_OUTPUTS = ("final",)  # with summary.json: what a finished run folder holds
@@ -138,6 +145,7 @@ def setup(args: PretrainArgs, folder: RunFolder, device: torch.device, d: Dist) 
     train_data, val_data, accum = setup_data(args, d.world)
     vocab = train_data.meta["vocab_size"]
     model = build_run_model(args, vocab, train_data.meta["eos_id"]).to(device)
+    check_activation_memory(model.config, args.micro_batch_size, args.seq_len, device)
     model.train()
     optimizer = make_optimizer(model, args)
     scheduler = warmup_cosine(optimizer, args)
@@ -349,9 +357,29 @@ def validation_loss(run: Run) -> float:
     return total / count
 
 
+def divergence(run: Run) -> str:
+    """Why the run counts as diverged ('' when it does not): non-finite final weights, or more than
+    max_skipped_fraction of its steps skipped."""
+    bad = [n for n, p in run.model.named_parameters() if not torch.isfinite(p).all()]
+    total = sum(1 for _ in run.model.parameters())
+    skipped = run.state["skipped"] / run.args.max_steps
+    why = [f"{len(bad)} of {total} weight tensors are not finite ({bad[0]}, ...)"] if bad else []
+    if skipped > run.args.max_skipped_fraction:
+        why.append(f"{run.state['skipped']} of {run.args.max_steps} steps skipped (max_skipped_fraction "
+                   f"{run.args.max_skipped_fraction})")  # fmt: skip
+    return "; ".join(why)
+
+
 def validate(run: Run, metrics: MetricsLog) -> dict:
-    """The end of a finished run: validation loss, summary.json, final/ (model + tokenizer), MLflow."""
+    """The end of a finished run: validation loss, summary.json, final/ (model + tokenizer), MLflow. A diverged run
+    (`divergence`) is an error unless allow_divergence: it is not marked finished (its checkpoints stay)."""
     args, state = run.args, run.state
+    diverged = divergence(run)
+    if diverged and not args.allow_divergence:
+        raise PitError(
+            f"the run diverged: {diverged}; not marked finished. Lower lr (or set allow_divergence to record a "
+            "diverged run, as a learning-rate sweep does)"
+        )
     rows = run.folder.metrics()
     tail = [r["loss"] for r in rows[-args.final_loss_window :] if math.isfinite(r["loss"])]
     final_loss = float(np.mean(tail)) if tail else float("nan")
@@ -374,6 +402,7 @@ def validate(run: Run, metrics: MetricsLog) -> dict:
         "delta_ti": model_delta_ti(run.model),
         "skipped_steps": state["skipped"],
         "final_loss_window": args.final_loss_window,
+        **({"diverged": diverged} if diverged else {}),
     }
     tokenizer = load_tokenizer(args.tokenizer)
     save_pretrained_atomic(run.model, run.folder.path / "final", tokenizer)  # with its model card

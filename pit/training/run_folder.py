@@ -5,7 +5,8 @@ metrics.jsonl, run.json and the artifacts that end a run.
     run.json                 resolved settings, hashes, fingerprint, MLflow run id (written as soon as the
                              MLflow run exists, before any step)
     metrics.jsonl            one JSON row per optimizer step (the source of truth)
-    checkpoints/step-NNNNNN/ the model (or the trainable part) + trainer_state.pt (every `checkpoint_every`)
+    checkpoints/step-NNNNNN/ the model (or the trainable part) + trainer_state.pt (every `checkpoint_every`) and
+                             checksums.sha256 (the sha256 of each file, verified before a resume)
     summary.json             written last: the run is complete when it exists (with its outputs)
     .next/                   a run that replaces a finished one (`overwrite`), trained here and moved up when
                              complete: the old result stays in place until then
@@ -35,12 +36,13 @@ from pathlib import Path
 import torch
 
 from pit.errors import PitError
-from pit.io import atomic_path, json_text, read_jsonl, remove_stale_temporaries, write_json, write_text
+from pit.io import atomic_path, json_text, read_jsonl, remove_stale_temporaries, sha256_file, write_json, write_text
 from pit.tracking.provenance import with_source_tags
 from pit.tracking.tracker import Tracker
 
 log = logging.getLogger("pit.training")
 TRAINER_STATE = "trainer_state.pt"
+CHECKSUMS = "checksums.sha256"  # in every trainer checkpoint: the sha256 of each of its files, written last
 FINAL_ARTIFACTS = ("summary.json", "run.json", "metrics.jsonl")
 LOCK_FILE = ".lock"
 STAGING = ".next"
@@ -110,7 +112,31 @@ class RunFolder:
         for f in weights:
             with safe_open(f, "pt"):  # checks the header against the file's size: a truncated file fails
                 pass
+        RunFolder.verify_checksums(ckpt)
         return state
+
+    @staticmethod
+    def write_checksums(ckpt: Path) -> None:
+        """CHECKSUMS in `ckpt`: the sha256 of every file in it, as `sha256sum` writes them (`sha256sum -c` checks)."""
+        files = sorted(p for p in ckpt.rglob("*") if p.is_file() and p.name != CHECKSUMS)
+        (ckpt / CHECKSUMS).write_text("".join(f"{sha256_file(f)}  {f.relative_to(ckpt).as_posix()}\n" for f in files))
+
+    @staticmethod
+    def verify_checksums(ckpt: Path) -> None:
+        """Raise ValueError when a file of `ckpt` differs from the hash its CHECKSUMS recorded as it was written, or
+        is missing, or was added; a checkpoint written before checksums existed (no CHECKSUMS) is not checked."""
+        listing = ckpt / CHECKSUMS
+        if not listing.is_file():
+            return
+        recorded = dict(reversed(line.split("  ", 1)) for line in listing.read_text().splitlines() if line.strip())
+        present = {p.relative_to(ckpt).as_posix() for p in ckpt.rglob("*") if p.is_file() and p.name != CHECKSUMS}
+        if present != set(recorded):
+            raise ValueError(f"files differ from {CHECKSUMS}: missing {sorted(set(recorded) - present)}, "
+                             f"added {sorted(present - set(recorded))}")  # fmt: skip
+        for name, digest in recorded.items():
+            if sha256_file(ckpt / name) != digest:
+                raise ValueError(f"{name} differs from the sha256 recorded when it was written (bit rot, or a file "
+                                 "of another checkpoint)")  # fmt: skip
 
     def newest_intact(self) -> tuple[Path | None, dict | None]:
         """(checkpoint, its trainer state) of the newest intact checkpoint, or (None, None). A damaged one is
@@ -169,6 +195,7 @@ class RunFolder:
                 },
                 tmp / TRAINER_STATE,
             )
+            self.write_checksums(tmp)
         steps = [p for p in self.candidates() if STEP_DIR.fullmatch(p.name)]  # newest first
         for old in steps[keep:] if keep > 0 else []:
             shutil.rmtree(old, ignore_errors=True)
@@ -340,6 +367,15 @@ def folder_lock(path: Path) -> Iterator[None]:
 
 
 def _decide(path: Path, fingerprint: str, required, overwrite: bool, main: bool) -> RunFolder | FinishedRun:
+    summary = path / "summary.json"
+    if summary.exists() and not read_record(summary):  # a damaged finished run: a reason to stop, never to delete
+        if not overwrite:
+            raise PitError(
+                f"{str(summary)!r} is not a readable JSON object (damaged?); it marks a finished run, so nothing was "
+                "touched: restore or remove it, or pass --overwrite to replace the run (the old files stay until the "
+                "new run is complete)"
+            )
+        return RunFolder(path / STAGING, fingerprint, main, home=path)
     done = complete_fingerprint(path, required)
     if done is None:
         return RunFolder(path, fingerprint, main)
