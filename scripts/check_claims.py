@@ -82,8 +82,8 @@ def test(d: list[float]) -> dict:
         return {"n": 1, "diff": mean, "low": math.nan, "high": math.nan, "p": math.nan}
     sd = float(x.std(ddof=1))
     half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
-    if sd == 0 or sd < 1e-12 * abs(mean):
-        p = 0.0 if mean != 0 else 1.0
+    if sd == 0 or sd < 1e-12 * abs(mean):  # t undefined: the exact sign-flip p, 2 / 2^n (1 when all are 0)
+        p = 1.0 if mean == 0 else min(1.0, 2.0 / 2**n)
     else:
         p = float(stats.ttest_1samp(x, 0.0).pvalue)
     return {"n": n, "diff": mean, "low": mean - half, "high": mean + half, "p": p}

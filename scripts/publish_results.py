@@ -82,6 +82,12 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--dvc-lock", help="the dvc.lock DVC wrote for this run (copied to <out>/dvc.lock)")
     parser.add_argument("--summary-into", help="a Markdown file whose summary markers get the claims summary")
+    parser.add_argument("--note", action="append", default=[], help="one more line for README.md (repeatable)")
+    parser.add_argument(
+        "--run-commit",
+        help="the commit the runs were made at, when the tables and REPORT.md were written again at a later one "
+        "(the results folder's checkout)",
+    )
     args = parser.parse_args()
     results, out = Path(args.results), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -93,10 +99,18 @@ def main() -> None:
         write_summary(results / "tables" / "claims.csv", Path(args.summary_into), out)
     command = args.command or f"snakemake --cores all --configfile config/{args.profile}.yaml"
     minutes = args.wall_time_s / 60
+    commit = git_commit(results.resolve().parent)
+    made = (
+        f"- Made by `{command}` from a fresh clone at commit `{args.run_commit}`; the tables, figures and REPORT.md "
+        f"were written again at commit `{commit}` (`--forcerun` of the reporting rules)."
+        if args.run_commit
+        else f"- Made by `{command}` from a fresh clone at commit `{commit}`."
+    )
     lines = [
         f"# Results of the `{args.profile}` profile",
         "",
-        f"- Made by `{command}` from a fresh clone at commit `{git_commit(results.resolve().parent)}`.",
+        made,
+        *(f"- {note}" for note in args.note),
         f"- Wall time: {minutes:.1f} minutes (set-up excluded), on {os.cpu_count()} cores of {cpu_model()}, "
         f"Python {platform.python_version()}.",
         f"- Published {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `scripts/publish_results.py`.",

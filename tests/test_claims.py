@@ -68,7 +68,9 @@ def test_t_test_interval_and_sign_flip_against_hand_and_scipy():
     from scipy.stats import ttest_1samp
 
     assert t_test_p(x) == pytest.approx(ttest_1samp(x, 0).pvalue, rel=1e-12)
-    assert t_test_p([2.0, 2.0, 2.0]) == 0.0 and t_test_p([0.0, 0.0]) == 1.0 and math.isnan(t_test_p([1.0]))
+    # equal differences (sd = 0, e.g. "diverged at every seed"): the exact sign-flip p, not a spurious 0
+    assert t_test_p([1.0, 1.0, 1.0]) == pytest.approx(0.25) and t_test_p([0.0, 0.0]) == 1.0
+    assert math.isnan(t_test_p([1.0]))
     y = [1.0, 2.0, 3.0, 4.0, 5.0, -0.5]
     signs = np.array(list(itertools.product([1, -1], repeat=6)))
     expected = np.mean(np.abs(signs @ np.array(y)) >= abs(sum(y)) - 1e-12)
@@ -131,7 +133,7 @@ def test_not_specific_to_pit_when_the_untied_control_shows_the_same_effect():
         == "supported"
     )
     # a claim without the control rule keeps `supported` when untied shares the effect (the loss claims)
-    loss = {"pit": [3.5, 3.6, 3.55], "tt": [4.0, 4.1, 4.05], "untied": [3.4, 3.5, 3.45]}
+    loss = {"pit": [3.5, 3.62, 3.53], "tt": [4.0, 4.1, 4.05], "untied": [3.4, 3.5, 3.45]}
     r = the_row(claims_from_seeds(seeds_table({("teacher", "", "val_loss"): loss})), "teacher_val_loss")
     assert r["verdict"] == "supported"
 
@@ -180,7 +182,7 @@ def test_holm_decides_the_verdict_over_every_tested_row():
 def test_constant_one_seed_missing_and_contradicted():
     values = {
         ("teacher", "mbpp", "indomain_score"): {"pit": [0.0] * 3, "tt": [0.0] * 3},
-        ("teacher", "", "val_loss"): {"pit": [4.9, 5.0, 4.95], "tt": [4.0, 4.1, 4.05]},
+        ("teacher", "", "val_loss"): {"pit": [4.9, 5.02, 4.93], "tt": [4.0, 4.1, 4.05]},
         ("scratch", "", "val_loss"): {"pit": [4.2], "tt": [4.0]},
     }
     table = claims_from_seeds(seeds_table(values))
@@ -191,7 +193,7 @@ def test_constant_one_seed_missing_and_contradicted():
     assert the_row(table, "scratch_val_loss")["verdict"] == "n = 1, no interval"
     s = summary(table)
     assert s.set_index("claim").loc["teacher_val_loss", "verdict"] == "contradicted"
-    assert "pit - TT = 0.9 [" in s.set_index("claim").loc["teacher_val_loss", "effect"]
+    assert "pit - TT = 0.9 [" in s.set_index("claim").loc["teacher_val_loss", "effect"]  # 0.9, 0.92, 0.88
     assert verdict_kind("degenerate: pit: x") == "degenerate"
 
 
@@ -203,8 +205,10 @@ def test_matched_gain_interpolation():
 
 # ---- from run folders, through the CLI, recomputed independently ----------------------------------------------------
 def write_run(root: Path, mode: str, arm: str, seed: int, shift: float) -> None:
-    """A run's pretrain/, diagnostics/ and posttrain/ files with effects of known sign (`shift` = arm - TT)."""
+    """A run's pretrain/, diagnostics/ and posttrain/ files with effects of known sign (`shift` = arm - TT, plus
+    0.01 x seed for PIT, so that the paired differences vary by seed)."""
     where = Path(mode, "303m", arm, f"seed{seed}")
+    shift += 0.01 * seed if arm == "pit" else 0.0
     rng = np.random.default_rng([seed, len(arm)])
     losses = 8.0 * np.exp(-np.arange(60) / 15) + 3.5 + shift + rng.normal(0, 0.1, 60)
     rows = [{"step": s + 1, "loss": float(v), "delta_ti": 1e-6 if arm.startswith("pit") else 9.0} for s, v in
@@ -247,7 +251,7 @@ def test_per_seed_table_from_run_folders(results):
     seeds = per_seed_table(results)
     assert list(seeds.columns) == COLUMNS
     get = seeds.set_index(["mode", "lora", "arm", "seed", "metric"])["value"]
-    assert get[("teacher", "", "pit", 1, "val_loss")] == pytest.approx(3.81)
+    assert get[("teacher", "", "pit", 1, "val_loss")] == pytest.approx(3.82)  # 4.0 - 0.2 + 0.01 (pit) + 0.01 (seed)
     assert get[("teacher", "", "pit", 0, "val_loss@30")] == pytest.approx(4.8)
     assert get[("scratch", "mbpp", "tt", 0, "gain")] == pytest.approx(0.5)
     assert get[("scratch", "mbpp", "tt", 0, "kl_per_gain")] == pytest.approx(0.4)
@@ -281,7 +285,7 @@ def test_cli_tables_figures_report_and_an_independent_recomputation(results, tmp
     for name in ("stability", "teacher_gap", "frontier"):
         assert main(["table", name, "--runs", str(results), "--profile", "study", "--out", str(tmp_path / name)]) == 0
     gap = pd.read_csv(tmp_path / "teacher_gap.csv")
-    assert gap[(gap["arm"] == "pit") & (gap["step"] == 30)]["gap"].iloc[0] == pytest.approx(-0.2)
+    assert gap[(gap["arm"] == "pit") & (gap["step"] == 30)]["gap"].iloc[0] == pytest.approx(-0.19)  # -0.2 + 0.01
     figs = tmp_path / "figures"
     args = ["figure", "claims", "--runs", str(results), "--profile", "study", "--out-dir", str(figs), "--study"]
     assert main(args) == 0

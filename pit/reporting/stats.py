@@ -2,7 +2,8 @@
 
 - t_interval: mean +- t(0.975, n-1) sd / sqrt(n), the 95% Student-t interval of a mean.
 - t_test_p: the two-sided p of the one-sample t-test of mean = 0 (paired differences), t = mean / (sd / sqrt(n)).
-  Differences that are all equal have sd = 0: p = 0 when they are not 0, 1 when they are.
+  Differences that are all equal (sd = 0: e.g. a binary outcome, "diverged at every seed") leave t undefined; there
+  the exact sign-flip p of the same mean stands in, 2 / 2^n (0.25 for n = 3), never a spurious 0.
 - sign_flip_p: the exact two-sided sign-flip permutation p of the same mean, over all 2^n sign patterns
   (p = #{patterns with |mean| >= |observed mean|} / 2^n); its smallest value is 2 / 2^n, so it is reported
   where n >= 6 (2 / 64 < 0.05).
@@ -35,7 +36,7 @@ def t_interval(values: list[float]) -> tuple[float, float]:
 
 
 def t_test_p(values: list[float]) -> float:
-    """Two-sided p of the one-sample t-test of mean 0 (NaN for n < 2); sd = 0 gives 0 (mean != 0) or 1."""
+    """Two-sided p of the one-sample t-test of mean 0 (NaN for n < 2); equal values (sd = 0): the exact sign-flip p."""
     from scipy.stats import t
 
     n = len(values)
@@ -44,14 +45,14 @@ def t_test_p(values: list[float]) -> float:
     mean = sum(values) / n
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     if sd == 0 or sd < 1e-12 * abs(mean):
-        return 0.0 if mean != 0 else 1.0
+        return sign_flip_p(values, min_n=1)
     return float(2 * t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
 
 
-def sign_flip_p(values: list[float]) -> float:
-    """The exact two-sided sign-flip permutation p of the mean (NaN below PERMUTATION_MIN_N values)."""
+def sign_flip_p(values: list[float], min_n: int = PERMUTATION_MIN_N) -> float:
+    """The exact two-sided sign-flip permutation p of the mean (NaN below `min_n` values)."""
     n = len(values)
-    if n < PERMUTATION_MIN_N:
+    if n < min_n:
         return math.nan
     x = np.asarray(values, dtype=np.float64)
     signs = np.array(list(itertools.product((1.0, -1.0), repeat=n)))
