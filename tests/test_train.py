@@ -345,7 +345,14 @@ def test_spike_and_nonfinite_policies(tiny_data, tmp_path):
     )
     with pytest.raises(PitError, match=r"(spike|nonfinite) loss"):
         train(PretrainArgs.from_dict(s), tmp_path / "stop")
+    # 'skip' goes on past them; a run that skipped most of its steps has diverged: an error, not a finished run ...
     s.update(on_spike="skip", on_nonfinite="skip")
-    train(PretrainArgs.from_dict(s), tmp_path / "skip")
+    with pytest.raises(PitError, match=r"the run diverged: \d+ of 12 steps skipped"):
+        train(PretrainArgs.from_dict(s), tmp_path / "skip")
     events = [r.get("event") for r in rows(tmp_path / "skip")]
     assert "spike" in events or "nonfinite" in events
+    assert not (tmp_path / "skip" / "summary.json").exists()
+    # ... unless allow_divergence records it (as a learning-rate sweep does)
+    s.update(allow_divergence=True)
+    train(PretrainArgs.from_dict(s), tmp_path / "allowed")
+    assert (tmp_path / "allowed" / "summary.json").exists()

@@ -131,7 +131,8 @@ def lens_metrics(
         kl_ratio = mean_kl_bits / (log2 V - final_entropy_bits)
         ce_gap   = mean_{l < L} (ce_bits[l] - ce_bits[L]) / (log2 V - ce_bits[L])
 
-    0 = every layer decodes like the last; 1 = as far off as the uniform distribution (NaN for a uniform model)."""
+    0 = every layer decodes like the last; 1 = as far off as the uniform distribution (None, null in JSON, for a
+    model no better than uniform)."""
     if batches is None:
         batches = last_position_states(model, data, positions, seed, seq_len, batch_size)
     _, W_out = interface_matrices(model, float64=True) if matrices is None else matrices
@@ -163,9 +164,10 @@ def lens_metrics(
     }
 
 
-def _ratio(num: float, den: float) -> float:
-    """num / den, NaN where the denominator is not positive (a last layer no better than uniform)."""
-    return num / den if den > 1e-9 else float("nan")
+def _ratio(num: float, den: float) -> float | None:
+    """num / den; None where the denominator is not positive (a last layer no better than uniform): undefined, and
+    JSON has no NaN."""
+    return num / den if den > 1e-9 else None
 
 
 def check_vocab(model, data: TokenFile) -> None:
