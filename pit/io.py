@@ -10,6 +10,7 @@ a manifest of their hashes (`sha256sum -c` format), written last.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import glob
 import hashlib
 import json
@@ -17,7 +18,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +26,16 @@ from pit.errors import PitError
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, replace_any: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to `path`; on success rename it onto `path` (atomic on POSIX).
 
     Works for files and directories. On error the temporary is removed and `path` is untouched. Temporaries of
     `path` that a killed process left behind are removed first (`remove_stale_temporaries`). A folder is only
     ever replaced by a folder and a file by a file: writing a file where a folder is (or the reverse) is a PitError
-    and leaves `path` as it was, so a mistyped --out never deletes a folder of results.
+    and leaves `path` as it was, so a mistyped --out never deletes a folder of results. A folder is only replaced
+    by one of its kind: every name in the old folder must be in the new one (an earlier output of the same
+    command), else a PitError names what the old folder holds that this write does not make; `replace_any`
+    (`pit export --force`) lifts that rule.
     """
     path = Path(path)
     blocked = next((p for p in [path.parent, *path.parent.parents] if p.exists() and not p.is_dir()), None)
@@ -48,6 +52,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             raise PitError(f"{str(path)!r} is {have}; this writes {new} there: nothing was replaced (choose another "
                            "path, or remove it yourself)")  # fmt: skip
         if path.is_dir() and not path.is_symlink():
+            _check_same_kind(path, target, replace_any)
             old = path.with_name(f".{path.name}.old.tmp")
             shutil.rmtree(old, ignore_errors=True)
             os.replace(path, old)
@@ -57,6 +62,26 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             os.replace(target, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_same_kind(path: Path, new: Path, replace_any: bool) -> None:
+    """A PitError unless the folder `new` may replace the folder `path` (see `atomic_path`)."""
+    if not replace_any:
+        refuse_foreign_folder(path, [glob.escape(name) for name in os.listdir(new)])
+
+
+def refuse_foreign_folder(path: str | os.PathLike, names: Iterable[str]) -> None:
+    """A PitError when `path` is a folder holding anything but `names` (what the command writes there; fnmatch
+    patterns): checked before a long job whose `atomic_path` would refuse at its end anyway."""
+    path, names = Path(path), tuple(names)
+    held = os.listdir(path) if path.is_dir() else []
+    extra = sorted(n for n in held if not any(fnmatch.fnmatchcase(n, pattern) for pattern in names))
+    if extra:
+        shown = ", ".join(extra[:4]) + (", ..." if len(extra) > 4 else "")
+        raise PitError(
+            f"{str(path)!r} is a folder this command did not write (it holds {shown}, which this command does not "
+            "make): nothing was replaced (choose another path, or remove it yourself)"
+        )
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -13,7 +13,7 @@ def run(args: argparse.Namespace) -> int:
     dst = Path(args.dst)
     if dst.is_dir() and any(dst.iterdir()) and not args.force:
         raise PitError(f"{args.dst!r} exists and is not empty; pass --force to replace it with the export")
-    model, exported = export_checkpoint(args.src, args.dst)
+    model, exported = export_checkpoint(args.src, args.dst, force=args.force)
     print(f"exported {type(model).__name__} ({model.interface.kind}) -> {type(exported).__name__} at {args.dst}")
     return 0
 

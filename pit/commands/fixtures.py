@@ -20,12 +20,14 @@ def _fineweb(args: argparse.Namespace) -> int:
 
 
 def _teacher(args: argparse.Namespace) -> int:
+    from pit.io import refuse_foreign_folder
     from pit.models.configs import TeacherSpec, get_spec
-    from pit.models.teacher import write_random_teacher
+    from pit.models.teacher import TEACHER_FILES, write_random_teacher
 
     spec = get_spec(args.model)
     if not isinstance(spec, TeacherSpec) or spec.hub_id is None:
         raise PitError(f"--model {args.model!r}: expected a hub teacher's name, e.g. cerebras-gpt-256m")
+    refuse_foreign_folder(args.out, TEACHER_FILES)  # before building a model of up to a few GB
     model = write_random_teacher(spec, args.out, args.seed)
     n = sum(p.numel() for p in model.parameters())
     print(f"teacher folder {args.out}: {args.model} shape ({spec.hub_id}), {n / 1e6:.1f}M parameters, seed {args.seed}")

@@ -76,12 +76,13 @@ def export_untied(model: PreTrainedModel) -> PreTrainedModel:
     return out.eval()
 
 
-def export_checkpoint(src: str | Path, dst: str | Path) -> tuple[PreTrainedModel, PreTrainedModel]:
-    """Export the checkpoint `src` to the folder `dst` (atomically), with its tokenizer files."""
+def export_checkpoint(src: str | Path, dst: str | Path, force: bool = False) -> tuple[PreTrainedModel, PreTrainedModel]:
+    """Export the checkpoint `src` to the folder `dst` (atomically), with its tokenizer files; `force` replaces a
+    folder `dst` of another kind (see pit.io.atomic_path)."""
     model = load_model(src)
     exported = export_untied(model)
     tokenizer_files = [f for f in Path(src).iterdir() if f.name.startswith(TOKENIZER_FILES)]
-    with atomic_path(dst) as tmp:
+    with atomic_path(dst, replace_any=force) as tmp:
         exported.save_pretrained(tmp, safe_serialization=True)
         for f in tokenizer_files:
             (tmp / f.name).write_bytes(f.read_bytes())

@@ -104,6 +104,10 @@ def gpt2_config(spec, vocab_size: int | None = None, **overrides) -> GPT2Config:
     return GPT2Config(**{**values, **overrides})
 
 
+# what save_pretrained writes (fnmatch patterns: a large model is sharded)
+TEACHER_FILES = ("config.json", "generation_config.json", "model*.safetensors", "model.safetensors.index.json")
+
+
 def write_random_teacher(spec, out: str | Path, seed: int = 0) -> GPT2LMHeadModel:
     """A teacher folder at a published teacher's real shape with seeded random weights (GPT-2 init, std 0.02), saved
     as `save_pretrained` does for a hub checkpoint: the offline stand-in of a hub teacher (config/paper-smoke.yaml),

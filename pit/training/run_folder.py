@@ -161,7 +161,7 @@ class RunFolder:
     def resume_point(self, stale: Iterable[str]) -> tuple[Path | None, dict | None]:
         """(checkpoint, trainer state) to resume from, or (None, None) for a fresh start. Checkpoints written with
         other settings are removed (with a warning); a fresh start removes the `stale` outputs of an earlier
-        attempt in the folder."""
+        attempt in the folder (one with run.json; stale-named outputs without it are a PitError, never deleted)."""
         ckpt, state = self.newest_intact()
         if ckpt is not None and state.get("fingerprint") != self.fingerprint:
             log.warning("checkpoints in %s belong to a run with other settings; starting afresh", self.path)
@@ -171,7 +171,13 @@ class RunFolder:
         if ckpt is not None:
             log.info("resuming %s from %s", self.path, ckpt.name)
         elif self.main and self.path.exists():
-            for name in stale:  # a fresh start owns the folder
+            found = [name for name in stale if (self.path / name).exists()]
+            if found and not (self.path / "run.json").is_file():  # every attempt writes run.json before its outputs
+                raise PitError(
+                    f"{str(self.path)!r} holds {', '.join(found)} but no run.json: not a run folder an earlier attempt "
+                    "of a run made, so nothing was deleted (choose another --out, or remove them yourself)"
+                )
+            for name in found:  # a fresh start owns the folder of an earlier attempt
                 p = self.path / name
                 shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
         return ckpt, state
