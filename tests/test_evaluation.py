@@ -108,6 +108,50 @@ def test_mbpp_standin_references_pass_their_tests():
     assert load_task("mbpp", limit=30).records == task.records  # seeded: the same tasks every time
 
 
+SEMANTICS = {  # name -> (solution, tests, a wrong solution): what the trusted side keeps of in-process testing
+    "an exception the tests expect": (
+        "def root(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x ** 0.5\n",
+        "try:\n    root(-1)\nexcept ValueError as err:\n    assert str(err) == 'negative'\nelse:\n"
+        "    raise AssertionError('no error')\nassert root(4) == 2.0\n",
+        "def root(x):\n    return abs(x) ** 0.5\n",
+    ),
+    "a module the solution imported, used by the asserts": (
+        "import math\ndef area(r):\n    return math.pi * r * r\n",
+        "assert math.isclose(area(1), 3.14159, rel_tol=1e-3)\n",
+        "import math\ndef area(r):\n    return 2 * math.pi * r\n",
+    ),
+    "keyword arguments": (
+        "def f(a, b=1):\n    return a - b\n",
+        "assert f(b=3, a=5) == 2\n",
+        "def f(a, b=1):\n    return b - a\n",
+    ),
+    "arguments are copies": (
+        "def f(items):\n    items.append(1)\n    return len(items)\n",
+        "x = []\nassert f(x) == 1 and x == []\n",
+        "def f(items):\n    return 0\n",
+    ),
+    "a solution that calls its own helper": (
+        "def helper(x):\n    return x * 2\ndef f(x):\n    return helper(x) + 1\n",
+        "assert f(3) == 7\n",
+        "def helper(x):\n    return x\ndef f(x):\n    return helper(x) + 1\n",
+    ),
+}
+
+
+def test_the_tests_keep_their_meaning_across_the_sandbox_boundary():
+    """The tests run on the trusted side and call the solution's functions in the sandbox (docs/evaluation.md):
+    an exception a test expects comes back as the built-in class, a module the MBPP solution imported is the
+    trusted one, keyword arguments pass, arguments are copies; each wrong solution fails."""
+    from pit.evaluation.sandbox import Program, run_many
+
+    right = [Program(solution, tests) for solution, tests, _ in SEMANTICS.values()]
+    wrong = [Program(bad, tests) for _, tests, bad in SEMANTICS.values()]
+    results = run_many(right + wrong, LIMITS, workers=2)
+    assert [r.status for r in results] == ["passed"] * len(right) + ["failed"] * len(wrong), dict(
+        zip([*SEMANTICS, *SEMANTICS], results)
+    )
+
+
 def test_mbpp_prompt_format():
     task = load_task("mbpp", limit=1)
     ((task_id, record),) = task.records.items()

@@ -1,32 +1,36 @@
-"""The test harness that runs inside the sandbox, in the sample's own interpreter, before any of the sample's code.
+"""The sandbox side of a sample: runs in the sample's own interpreter (`python -I -c`), before any of its code.
 
-pit.evaluation.sandbox passes this file's source to `python -I -c` with two descriptors: DATA (read once, then
-closed: the program, its tests, a fresh random token) and REPORT (a pipe to the evaluator). The evaluator counts a
-sample as passed only if REPORT carries `passed <token>`; the exit status never decides. The harness:
+Nothing here decides a verdict, and nothing here is secret: the tests, the prompt's trusted helpers and the verdict
+live on the trusted side (pit.evaluation.rpc). pit.evaluation.sandbox passes this file's source, after rpc.py's
+(the shared codec), with DATA (a memory file: the solution and the settings, never the tests), REPORT (a pipe to
+the trusted side) and, for a scored program, CALLS (a pipe from it). The harness:
 
-1. reads DATA, closes it, drops to the sample's uid (as root in the sandbox), compiles the solution and the tests;
-2. installs an audit hook (`sys.addaudithook`, which cannot be removed) that holds the token in its closure and
-   refuses the ways in-process code could reach it or bend the harness's control flow: tracing and profiling
-   (jumping over asserts), `gc` object walks (finding the hook), new code objects and unmarshalled bytecode
-   (crafting an interpreter exploit), ctypes, test-only and subprocess C modules, extension modules from outside
-   the standard library, exec/spawn (a fresh interpreter without the hook), signals to other processes, other
-   audit hooks and subinterpreters; where /proc is mounted (the weaker mode) also opening /proc and sockets;
-3. runs the solution, then the tests (with a copy of the builtins taken before the solution ran), then, for
-   HumanEval, its own `check` function built from the tests' code object, called on the entry point;
-4. raises the audit event `pit.passed` from its own frame. The hook writes the token to REPORT only if the event
-   comes from that frame, which the sample cannot execute in: calling `sys.audit("pit.passed")` itself, exiting
-   early (`os._exit(0)`, `exit()`, `SystemExit` inside `check`), exit hooks after a failed assert, or writing to
-   any descriptor all leave REPORT without the token.
+1. reads DATA, closes it, sends `started` on REPORT, drops to the sample's unprivileged uid (as root; in the weaker
+   mode it first opens the standard library's folder, whose parents may be closed to that uid, and imports through
+   /proc/self/fd/N);
+2. installs an audit hook (defence in depth for the sandbox: it cannot be removed; the verdict does not depend on
+   it): no ctypes, test or foreign extension modules, crafted bytecode, exec/spawn/subprocess, signals to other
+   processes, unshare/setns, subinterpreters; none of what could reach into the hook (tracing, `gc` object walks,
+   other hooks); where bubblewrap is missing also no sockets and no /proc, and, where no cgroup bounds the sample's
+   processes and no private uid makes RLIMIT_NPROC hold, no fork;
+3. runs the solution;
+4. a scored program: sends `ready`, then serves the trusted side's calls one at a time until CALLS closes: the
+   solution's function by name, called with the decoded arguments; the result (an iterator read to its end) or the
+   exception's built-in class name and text goes back as plain data. A plain program (a smoke test, never a scored
+   sample): it exits 0 when the code ran to its end, and that exit status is the verdict.
 
-Every name the harness uses after the sample's code starts is a local captured beforehand: the sample may
-rebind builtins and module attributes, which the harness then does not look up. See docs/evaluation.md.
+A sample may do anything to this side (walk to these frames, write its own replies on REPORT, patch classes): all
+it can send is plain data, which the trusted side decodes into its own classes and checks with its own tests.
 """
 
 import builtins
 import json
 import os
 import sys
-import types
+import traceback
+
+if __name__ != "__main__":  # imported (tests, docs); in the sandbox rpc.py's source comes first in the program
+    from pit.evaluation.rpc import CodecError, decode, encode_result, receive, send
 
 # modules the samples commonly import, loaded before the hook: afterwards imports compile from source
 # (bytecode files are not read, see `_seal_imports`)
@@ -55,16 +59,18 @@ DENIED_EVENTS = frozenset(
         "cpython.PyInterpreterState_New",
     }
 )
+FORK_EVENTS = frozenset({"os.fork", "os.forkpty"})
 DENIED_MODULES = ("_ctypes", "ctypes", "_test", "_xx", "xx", "_posixsubprocess", "_lsprof")
-PLAIN_CHECK = "__pit_plain__"  # the tests' name for the plain-data check of `assert X == LITERAL` (MBPP)
 
 
-def main(data_fd: int, report_fd: int) -> None:
-    """Run the program of DATA; report `passed <token>` on REPORT only when the tests ran to their end."""
+def main(data_fd: int, report_fd: int, calls_fd: int = -1) -> None:
+    """Run the solution of DATA; then serve calls on CALLS (a scored program) or exit 0 (a plain one)."""
     with open(data_fd, "rb") as f:
         data = json.loads(f.read())
-    os.write(report_fd, b"started\n")
-    if data["uid"] is not None:  # as root inside the sandbox: become the sample's unprivileged uid
+    send(report_fd, {"m": "started"})
+    if data["stdlib_through_fd"]:  # before the uid switch: the folder's parents may be closed to that uid
+        _stdlib_through_fd(data)
+    if data["uid"] is not None:  # as root (in the sandbox, or the weaker mode): become the sample's uid
         os.setgroups([])
         os.setgid(data["uid"])
         os.setuid(data["uid"])
@@ -72,78 +78,83 @@ def main(data_fd: int, report_fd: int) -> None:
         os.mkdir(data["workdir"], 0o700)
         os.chdir(data["workdir"])
         os.environ.pop("PWD", None)  # bwrap's, for its own --chdir
-    solution, tests, check_code = _compile(data["solution"], data["tests"], data["entry_point"])
-    entry_point = data["entry_point"]
+    solution = _compile(data["solution"])
     for name in PRELOAD.split():
         __import__(name)
     _seal_imports(data["site"])
-    pristine = dict(builtins.__dict__)
-    run, fn_type, audit, exit_, flush = exec, types.FunctionType, sys.audit, os._exit, _flush
-    dict_, base_exception, report, plain_name = dict, BaseException, _report, PLAIN_CHECK
-    checked, plain = _guard(data.pop("token"), report_fd, data)
+    _guard(data)
+    serve = data["serve"]
     del data, f
-    ns = {"__name__": "__main__", "__builtins__": builtins.__dict__}
+    namespace = {"__name__": "__main__", "__builtins__": builtins.__dict__}
+    exit_, flush, report = os._exit, _flush, _report
+    exceptions = {k: v for k, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException)}
     try:
-        run(solution, ns)
-        test_globals = dict_(ns)
-        test_globals["__builtins__"] = pristine
-        test_globals[plain_name] = plain
-        run(tests, test_globals)
-        if check_code is not None:
-            fn_type(check_code, test_globals, "check")(checked(ns[entry_point]))
-    except base_exception as err:
+        exec(solution, namespace)
+    except BaseException as err:  # noqa: BLE001 (the solution failed before its functions were defined)
         report(err)
         exit_(1)
-    audit("pit.passed")  # the hook writes the token to REPORT: only for this frame of this process
+    if serve:
+        _serve(namespace, calls_fd, report_fd, exceptions)
     flush()
     exit_(0)
 
 
-def _compile(solution: str, tests: str, entry_point: str | None):
-    """The solution's and the tests' code objects, and the code of the tests' `check` function when there is an
-    entry point (HumanEval); without one (MBPP) the tests' `assert X == LITERAL` check X first (`_plain_asserts`).
-    A syntax error fails the sample."""
+def _compile(solution: str):
+    """The solution's code object; a syntax error fails the sample."""
     try:
-        solution_code = compile(solution, "<solution>", "exec", dont_inherit=True)
-        tests = tests if entry_point is not None else _plain_asserts(tests)
-        tests_code = compile(tests, "<tests>", "exec", dont_inherit=True)
+        return compile(solution, "<solution>", "exec", dont_inherit=True)
     except BaseException as err:  # noqa: BLE001 (SyntaxError, ValueError for NUL bytes, UnicodeEncodeError, ...)
         _report(err)
         os._exit(1)
-    if entry_point is None:
-        return solution_code, tests_code, None
-    checks = [c for c in tests_code.co_consts if isinstance(c, types.CodeType) and c.co_name == "check"]
-    if not checks or checks[-1].co_argcount != 1 or checks[-1].co_freevars:
-        print("the tests define no check(candidate) function", file=sys.stderr, flush=True)
-        os._exit(1)
-    return solution_code, tests_code, checks[-1]
 
 
-def _plain_asserts(tests: str):
-    """The tests' syntax tree, where in each `assert X == LITERAL` or `assert X != LITERAL` (either side; LITERAL a
-    constant, or a tuple, list, set or dict of them) X becomes `__pit_plain__(X)`: X must be plain data."""
-    import ast
-
-    def literal(node) -> bool:
+def _serve(namespace: dict, calls_fd: int, report_fd: int, exceptions: dict) -> None:
+    """Answer calls until CALLS closes: {"m": "call", "n", "name", "args", "kwargs"} -> {"m": "reply", "n", "value"}
+    or {"m": "reply", "n", "raised": [built-in class name or "", text]} or, for a result that is not plain data,
+    {"m": "reply", "n", "error": why}. `exceptions`: the built-in exception classes, taken before the solution ran
+    (an exception is named only if its class is exactly one of them)."""
+    send(report_fd, {"m": "ready"})
+    while (call := receive(calls_fd, limit=1 << 30)) is not None:  # the trusted side's calls: no tighter bound
+        n, name = call["n"], call["name"]
+        function = namespace.get(name)
         try:
-            ast.literal_eval(node)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            return False
-        return True
+            if not callable(function):
+                raise NameError(f"name {name!r} is not defined")
+            args = [decode(a) for a in call["args"]]
+            kwargs = {k: decode(v) for k, v in call["kwargs"]}
+            reply = {"value": encode_result(function(*args, **kwargs))}
+        except CodecError as err:  # not plain data: the call fails (a Violation on the trusted side)
+            reply = {"error": f"{name}() returned {err}"}
+        except BaseException as err:  # noqa: BLE001 (the solution's exception goes back to the tests)
+            _print_traceback(err)
+            known = exceptions.get(type(err).__name__) is type(err)
+            reply = {"raised": [type(err).__name__ if known else "", _text(err)]}
+        send(report_fd, {"m": "reply", "n": n, **reply})
 
-    tree = ast.parse(tests, "<tests>")
-    for node in ast.walk(tree):
-        test = node.test if isinstance(node, ast.Assert) else None
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq | ast.NotEq):
-            left, right = literal(test.left), literal(test.comparators[0])
-            if left != right:
-                other = test.comparators[0] if left else test.left
-                call = ast.copy_location(ast.Call(ast.Name(PLAIN_CHECK, ast.Load()), [other], []), other)
-                if left:
-                    test.comparators[0] = call
-                else:
-                    test.left = call
-    return ast.fix_missing_locations(tree)
+
+def _text(err: BaseException) -> str:
+    try:
+        return str(err)[:2000]
+    except BaseException:  # noqa: BLE001 (a hostile __str__)
+        return "<an exception that cannot be printed>"
+
+
+def _print_traceback(err: BaseException) -> None:
+    try:
+        traceback.print_exception(type(err), err, err.__traceback__, file=sys.__stderr__)
+        sys.__stderr__.flush()
+    except BaseException:  # noqa: BLE001 (the sample may have replaced or closed the stream)
+        pass
+
+
+def _stdlib_through_fd(data: dict) -> None:
+    """Import the standard library through an open descriptor of its folder (/proc/self/fd/N): after the uid switch
+    of the weaker mode the folder's parents (say /root/.pyenv) may be closed to the sample's uid."""
+    root = data["stdlib"][0]
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    alias = f"/proc/self/fd/{fd}"
+    sys.path[:] = [alias + p[len(root) :] if p == root or p.startswith(root + "/") else p for p in sys.path]
+    data["stdlib"].append(alias)
 
 
 def _seal_imports(site_dirs: list[str]) -> None:
@@ -175,21 +186,17 @@ def _report(err: BaseException) -> None:
         pass
 
 
-def _guard(token: str, report_fd: int, data: dict):
-    """Install the audit hook; return the plain-data checks of results (see `_plain_data`)."""
-    getframe, write, getpid, stat, type_, error = sys._getframe, os.write, os.getpid, os.stat, type, RuntimeError
-    denied, modules, str_, os_error, proc_dev = DENIED_EVENTS, DENIED_MODULES, str, OSError, None
-    main_frame, main_pid, line = getframe(1), getpid(), f"passed {token}\n".encode()
+def _guard(data: dict) -> None:
+    """Install the audit hook (see the module docstring). Its state is in its closure, which only tracing or `gc`
+    walks (both refused) could reach."""
+    getpid, stat, type_, error, str_, os_error = os.getpid, os.stat, type, RuntimeError, str, OSError
+    denied = DENIED_EVENTS | FORK_EVENTS if data["no_fork"] else DENIED_EVENTS
+    modules, proc_dev, no_network = DENIED_MODULES, None, data["no_network"]
     stdlib, site_dirs = tuple(p + "/" for p in data["stdlib"]), tuple(p + "/" for p in data["site"])
     if data["guard_proc"] and os.path.isdir("/proc"):
         proc_dev = os.stat("/proc").st_dev
-    no_network = data["no_network"]
 
     def hook(event, args):
-        if event == "pit.passed":
-            if getframe(1) is main_frame and getpid() == main_pid:  # not a forked copy of the harness
-                write(report_fd, line)
-            return
         if event in denied or event.startswith("ctypes."):
             raise error(f"{event} is not allowed in the sandbox")
         if event == "import":
@@ -218,50 +225,3 @@ def _guard(token: str, report_fd: int, data: dict):
                 raise error("/proc is not readable in the sandbox")
 
     sys.addaudithook(hook)
-    return _plain_data(type_)
-
-
-def _plain_data(type_):
-    """Checks that a result is plain data: None, bool, numbers, str, bytes, range, and lists, tuples, sets, dicts of
-    them (the standard library's Counter, OrderedDict, defaultdict, deque, Decimal and Fraction too), as every
-    answer of HumanEval and MBPP is; a built-in iterator (a generator, map, zip, ...) is checked item by item as
-    it is consumed (`tuple(candidate(x)) == ...`). An object of the sample's own class (say, one whose __eq__ is
-    always true) then fails the test instead of passing `assert f(x) == y`. Types are compared by identity:
-    subclasses are not plain. Returns (a wrapper for HumanEval's candidate, the check that `_plain_asserts` puts
-    into MBPP's asserts)."""
-    import collections
-    import decimal
-    import fractions
-
-    dicts = frozenset({dict, collections.Counter, collections.OrderedDict, collections.defaultdict})
-    sequences = frozenset({list, tuple, set, frozenset, collections.deque})
-    scalars = {type(None), bool, int, float, complex, str, bytes, bytearray, range, decimal.Decimal, fractions.Fraction}
-    iterators = {types.GeneratorType, map, filter, zip, enumerate, reversed, type(iter([])), type(iter(()))}
-    scalars, iterators = frozenset(scalars), frozenset(iterators | {type(iter("")), type(iter(range(0)))})
-    all_, failure = all, AssertionError
-
-    def is_plain(value, depth: int = 0) -> bool:
-        kind = type_(value)
-        if depth > 50:
-            return False
-        if kind in sequences:
-            return all_(is_plain(v, depth + 1) for v in value)
-        if kind in dicts:
-            return all_(is_plain(k, depth + 1) and is_plain(v, depth + 1) for k, v in value.items())
-        return kind in scalars
-
-    def plain(value):
-        if type_(value) in iterators:
-            return (plain(item) for item in value)
-        if not is_plain(value):
-            kind = type_(value).__name__
-            raise failure(f"the solution returned an object of type {kind!r}; the test expects plain data")
-        return value
-
-    def checked(function):
-        def candidate(*args, **kwargs):
-            return plain(function(*args, **kwargs))
-
-        return candidate
-
-    return checked, plain

@@ -128,12 +128,14 @@ class Task:
         return self.spec.prompt(self.records[task_id])
 
     def program(self, task_id: str, completion: str) -> Program:
-        """The test program of a code task: passes iff the tests run to their end (pit.evaluation.sandbox)."""
+        """The test program of a code task: passes iff the tests run to their end (pit.evaluation.sandbox). The
+        solution runs in the sandbox; the tests and `setup` (HumanEval's prompt, MBPP's test_setup_code) run on
+        the trusted side, with the solution's functions called over the sandbox's pipes."""
         r = self.records[task_id]
         if "entry_point" in r:  # HumanEval: the completion continues the prompt; the tests' check(entry point)
-            return Program(f"{r['prompt']}{completion}\n", f"{r['test']}\n", r["entry_point"])
-        tests = "\n".join(r["test_list"])
-        return Program(f"{r.get('test_setup_code') or ''}\n{completion}\n", f"{tests}\n")
+            return Program(f"{r['prompt']}{completion}\n", f"{r['test']}\n", r["entry_point"], setup=r["prompt"])
+        tests, setup = "\n".join(r["test_list"]) or "pass", r.get("test_setup_code") or ""  # never a plain program
+        return Program(f"{setup}\n{completion}\n", f"{tests}\n", setup=setup)
 
     def solution(self, task_id: str) -> str:
         """The reference solution that follows the prompt (its likelihood: pit.evaluation.likelihood)."""
