@@ -9,12 +9,13 @@ import pytest
 from pit.commands import main
 from pit.core.interfaces import InterfaceConfig
 from pit.models import build_model
-from pit.training.bench import flops_per_token
+from pit.training.bench import CPU_FP32, SECTIONS, SIZES, Size, acceptance, flops_per_token, train_section
 
 STEP_KEYS = {
     "model",
     "layers",
     "d_model",
+    "batch",
     "vocab",
     "arm",
     "tokens_per_step",
@@ -47,7 +48,7 @@ def test_json_schema_is_stable():
         "generate",
         "acceptance",
     }
-    assert r["schema"] == "pit-bench/2"
+    assert r["schema"] == "pit-bench/3"
     assert set(r["machine"]) == {
         "torch",
         "threads",
@@ -94,7 +95,13 @@ def test_json_schema_is_stable():
         "mfu_vs_peak_reference",
         "chunked_over_naive_head_memory",
         "chunked_over_naive_head_time",
+        "best_batch_133m_v50257",
+        "mfu_best_batch_133m_v50257",
+        "mfu_vs_peak_best_batch_133m_v50257",
+        "pit_over_tt_time_best_batch_v50257",
     }
+    assert r["settings"]["compile"] is None and r["settings"]["sections"] == list(SECTIONS)
+    assert r["settings"]["arms"] == ["pit", "pit_trainable_z", "tt", "untied"]
 
 
 def test_bf16_run_reads_mfu_against_a_given_peak():
@@ -119,6 +126,10 @@ def test_bf16_run_reads_mfu_against_a_given_peak():
         (["--threads", "0"], "--threads 0; expected an integer >= 1"),
         (["--peak-tflops", "0"], "bench peak_tflops 0.0; expected a number > 0 (TFLOP/s)"),
         (["--device", "cuda:99"], "device 'cuda:99': "),  # no CUDA here, or fewer than 100 GPUs
+        (["--batches", "8,x"], "--batches '8,x'; expected integers separated by commas, e.g. 8,16,32"),
+        (["--batches", "0"], "bench batches [0]; expected integers >= 1"),
+        (["--sections", "train,speed"], "bench sections ['train', 'speed']; expected some of ['train', "),
+        (["--arms", "pit,tied"], "bench arms ['pit', 'tied']; expected some of ['pit', 'pit_trainable_z', "),
     ],
 )
 def test_bad_input_is_named(args, message, capsys):
@@ -133,3 +144,39 @@ def test_model_flops_follow_the_palm_count():
     body = sum(p.numel() for n, p in tt.named_parameters() if not n.startswith("interface."))
     assert flops_per_token(tt, 128) == 6 * body + 6 * 1000 * 64 + 12 * 2 * 64 * 128
     assert flops_per_token(pit, 128) == 6 * body + 4 * 1000 * 64 + 12 * 2 * 64 * 128 + 12 * 64 * 64
+
+
+def test_compiled_tiny_bench_runs():
+    """`pit bench --compile` (inductor) on CPU: the step's loss module compiled (one arm: about 30 s of compiling
+    with a cold cache on 2 cores), the rows as in eager."""
+    run = pit_bench("--json", "--size", "tiny", "--rounds", "1", "--compile", "--sections", "train", "--arms", "pit")
+    assert run.returncode == 0, run.stderr[-2000:]
+    r = json.loads(run.stdout)
+    assert r["settings"]["compile"] == "inductor" and r["settings"]["sections"] == ["train"]
+    assert r["settings"]["arms"] == [row["arm"] for row in r["train"]] == ["pit"]
+    assert all(row["step_s"] > 0 for row in r["train"])
+    assert r["reference"] == r["head_memory"] == r["generate"] == []
+
+
+def test_batch_sweep_reports_the_best_batch_and_pit_over_tt_there():
+    """The 133M group at every batch of the sweep (here 1 layer, 2 x 16 and 3 x 16 tokens); acceptance picks the
+    batch of PIT's best MFU and reads every arm's MFU and PIT/TT there."""
+    assert SIZES["gpu"].sweep() == (8, 16, 32) and SIZES["tiny"].sweep() == (SIZES["tiny"].batch,)
+    size = Size(
+        256, (("scratch-133m", 0, 50257, ("pit", "tt")),), 2, 16, 2, 16, (1, 64, 4, 1000), (8, 50, 8), (1, 2, 2)
+    )
+    rows = train_section(size, 1, 1, 1, CPU_FP32, batches=(2, 3))
+    assert [(row["arm"], row["batch"], row["tokens_per_step"]) for row in rows] == [
+        ("pit", 2, 32),
+        ("tt", 2, 32),
+        ("pit", 3, 48),
+        ("tt", 3, 48),
+    ]
+    acc = acceptance({"train": rows, "reference": [], "head_memory": []})
+    best = max((row for row in rows if row["arm"] == "pit"), key=lambda row: row["mfu"])
+    at_best = {row["arm"]: row for row in rows if row["batch"] == best["batch"]}
+    assert acc["best_batch_133m_v50257"] == best["batch"]
+    assert acc["mfu_best_batch_133m_v50257"] == {arm: row["mfu"] for arm, row in at_best.items()}
+    assert acc["pit_over_tt_time_best_batch_v50257"] == best["time_ratio_to_tt"]
+    assert acc["mfu_133m_v50257"] == {row["arm"]: row["mfu"] for row in rows[:2]}  # the first batch of the sweep
+    assert acc["mfu_vs_peak_best_batch_133m_v50257"] is None  # no BF16 peak on CPU

@@ -1,7 +1,8 @@
 """`pit bench`: training throughput, MFU and memory on this machine (pit/training/bench.py).
 
 pit bench [--json] [--size default|tiny|gpu] [--rounds 3] [--repeats 1] [--layers 2] [--threads N]
-          [--device cpu|cuda] [--precision fp32|bf16] [--peak-tflops X]
+          [--device cpu|cuda] [--precision fp32|bf16] [--peak-tflops X] [--compile [BACKEND]] [--batches 8,16,32]
+          [--sections train,reference,head_memory,generate] [--arms pit,pit_trainable_z,tt,untied]
 """
 
 from __future__ import annotations
@@ -14,12 +15,29 @@ from pit.errors import PitError
 from pit.training import bench
 
 
+def _ints(text: str | None) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",")) if text else ()
+    except ValueError:
+        raise PitError(f"--batches {text!r}; expected integers separated by commas, e.g. 8,16,32") from None
+
+
 def run(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise PitError(f"--threads {args.threads}; expected an integer >= 1")
     with cpu_threads(args.threads):
         result = bench.run_bench(
-            args.size, args.rounds, args.repeats, args.layers, args.device, args.precision, args.peak_tflops
+            args.size,
+            args.rounds,
+            args.repeats,
+            args.layers,
+            args.device,
+            args.precision,
+            args.peak_tflops,
+            compile=args.compile,
+            batches=_ints(args.batches),
+            sections=tuple(args.sections.split(",")),
+            arms=tuple(args.arms.split(",")),
         )
     print(json.dumps(result, indent=2) if args.json else bench.to_text(result))
     return 0
@@ -51,5 +69,24 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--peak-tflops", type=float, default=None, help="dense BF16 peak of the GPU, if not in bench.BF16_PEAKS"
+    )
+    p.add_argument(
+        "--compile",
+        nargs="?",
+        const="inductor",
+        default=None,
+        metavar="BACKEND",
+        help="run each step's loss module under torch.compile (static shapes; backend: inductor unless named)",
+    )
+    p.add_argument("--batches", default=None, help="the 133M groups' batch sweep, e.g. 8,16,32 (default: the size's)")
+    p.add_argument(
+        "--sections",
+        default=",".join(bench.SECTIONS),
+        help=f"comma-separated subset of {','.join(bench.SECTIONS)} (the others are empty lists)",
+    )
+    p.add_argument(
+        "--arms",
+        default=",".join(bench.ARMS),
+        help=f"comma-separated subset of {','.join(bench.ARMS)}: the training arms timed in `train`",
     )
     p.set_defaults(func=run)

@@ -5,12 +5,17 @@ PIT g = h T, M = Z; TT M = E; untied M = W_out^T). With targets y and n rows who
 `ignore_index`, the loss of `F.cross_entropy(g @ M.T, y, ignore_index=...)` (mean reduction) and its
 gradients are
     loss = (1/n) sum_{i valid} (logsumexp_j z_ij - z_{i,y_i}),        z = g M^T
-    dz   = (softmax(z) - onehot(y)) / n      (zero on ignored rows)
+    dz   = w (softmax(z) - onehot(y)),     w_i = [y_i valid] / max(n, 1)   (zero on ignored rows)
     dg   = dz M,        dM = dz^T g
 `linear_cross_entropy` walks over chunks of rows and, in the forward pass, computes the logits of one
 chunk, its loss terms, dz (in place of the logits) and both gradient products, so no N x V tensor is
 ever stored; the backward pass only scales dg and dM by the incoming gradient. dM is computed only
 when M requires a gradient: PIT with a frozen Z skips that (V x N x d) GEMM entirely.
+
+No host sync: n stays a tensor (the loss is a sum divided by n, 0/0 = nan with no valid row, as
+F.cross_entropy; the row weights w zero the ignored rows in the same pass that casts dz for the GEMMs), and
+backward multiplies by grad_loss unconditionally. So the forward and backward trace as one graph under
+torch.compile (tests/test_step_graph.py) and a CUDA step never waits for the host.
 """
 
 from __future__ import annotations
@@ -26,70 +31,115 @@ from pit.errors import PitError
 CHUNK_SIZE = 1024  # rows of logits per chunk: 1024 x 50257 FP32 = 206 MB (GEMM speed: benchmarks/RESULTS.md)
 ROW_ALIGN = 16  # logits rows are stored with a stride padded to 16 elements (64 bytes): GEMMs writing rows of odd
 # length (V = 50257) are slower (benchmarks/RESULTS.md); the padding columns hold -inf, so softmax gives them 0
+TABLE_ALIGN = 64  # with `pad_table` (the default on CUDA) M is copied into V rounded up to 64 zero rows
+
+
+def _gemm_table(M: torch.Tensor, dtype: torch.dtype, pad: bool) -> torch.Tensor:
+    """The table the GEMMs read: M itself (no padding), or one copy of M in `dtype` with zero rows up to a multiple
+    of TABLE_ALIGN (the cast to the compute dtype and the padding in one pass)."""
+    if not pad:
+        return M.to(dtype)
+    V, d = M.shape
+    Mg = M.new_empty(-(-V // TABLE_ALIGN) * TABLE_ALIGN, d, dtype=dtype)
+    Mg[:V].copy_(M)
+    Mg[V:].zero_()
+    return Mg
+
+
+def _chunk_gradients(p, zc, gc, wc, Mg, dgc, dMg, first: bool) -> None:
+    """dg_c = diag(w_c) P M into dgc and dM (+)= P^T diag(w_c) g_c into dMg (None: not needed), P = softmax - onehot
+    of the chunk (rows x W, in place of its logits). The row weights w (1/n, 0 on ignored rows) go where they are
+    free: into the pass that casts P to a half compute dtype (written into the logits buffer zc, as the naive
+    head's backward rounds dz), else (FP32: no cast pass) onto the (rows x d) operands, never as an extra pass
+    over P."""
+    if p.dtype != zc.dtype:
+        dz = torch.mul(p, wc, out=zc)
+        if dgc is not None:
+            torch.mm(dz, Mg, out=dgc)
+        if dMg is not None:
+            dMg.addmm_(dz.T, gc, beta=0 if first else 1)
+        return
+    if dgc is not None:
+        torch.mm(p, Mg, out=dgc).mul_(wc)
+    if dMg is not None:
+        dMg.addmm_(p.T, gc * wc, beta=0 if first else 1)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
+    """Forward computes the loss and dg, dM (chunk by chunk); backward multiplies them by grad_loss. The count n
+    stays a tensor (1/n enters dz as a row weight): no host sync, no graph break under torch.compile."""
+
     @staticmethod
-    def forward(ctx, g, M, targets, ignore_index, chunk_size):
+    def forward(ctx, g, M, targets, ignore_index, chunk_size, pad_table):
         need_g, need_M = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         acc = torch.promote_types(g.dtype, torch.float32)  # softmax and loss in at least FP32
         valid = targets != ignore_index
-        count = int(valid.sum())
-        scale = 1.0 / count if count else 0.0  # no valid row: loss nan (0/0), zero gradients, as F.cross_entropy
+        count = valid.sum()  # n, a tensor; no valid row: loss 0/0 = nan and zero gradients, as F.cross_entropy
+        weight = (valid.to(acc) / count.clamp(min=1)).unsqueeze(1)  # dz row weights: 1/n, 0 on ignored rows
         t = targets.masked_fill(~valid, 0).unsqueeze(1)
+        V, Mg = M.shape[0], _gemm_table(M, g.dtype, pad_table)
+        W = Mg.shape[0]  # columns the GEMMs read and write: V, or V padded to TABLE_ALIGN
+        z = torch.empty(
+            min(chunk_size, g.shape[0]),
+            W if pad_table else -(-V // ROW_ALIGN) * ROW_ALIGN,
+            dtype=g.dtype,
+            device=g.device,
+        )
         loss = torch.zeros((), dtype=acc, device=g.device)
         dg = torch.empty_like(g) if need_g else None
-        dM = torch.empty_like(M) if need_M else None  # the first chunk's product overwrites it (beta = 0)
-        V = M.shape[0]
-        z = torch.empty(min(chunk_size, g.shape[0]), -(-V // ROW_ALIGN) * ROW_ALIGN, dtype=g.dtype, device=g.device)
+        dMg = torch.empty_like(Mg) if need_M else None  # the first chunk's product overwrites it (beta = 0)
         with torch.autocast(g.device.type, enabled=False):
             for s in range(0, g.shape[0], chunk_size):
-                gc, tc, vc = g[s : s + chunk_size], t[s : s + chunk_size], valid[s : s + chunk_size]
+                gc, tc, wc = g[s : s + chunk_size], t[s : s + chunk_size], weight[s : s + chunk_size]
                 zc = z[: len(gc)]
-                torch.mm(gc, M.T, out=zc[:, :V])
+                torch.mm(gc, Mg.T, out=zc[:, :W])  # padded table: all of zc, contiguous and aligned
                 zc[:, V:] = -math.inf
                 p = zc.to(acc)  # zc itself unless g is a half type
                 target_logit = p.gather(1, tc)
                 top = p.amax(1, keepdim=True)
                 torch.ops.aten._softmax.out(p, 1, False, out=p)  # in place: p = softmax(z)
                 lse = top - p.amax(1, keepdim=True).log()  # logsumexp z = max z - log max softmax(z)
-                loss += torch.where(vc, (lse - target_logit).squeeze(1), 0).sum()
+                loss += torch.where(wc > 0, lse - target_logit, 0).sum()
                 if need_g or need_M:
-                    p.index_fill_(0, (~vc).nonzero().squeeze(1), 0)
-                    p.scatter_add_(1, tc, -vc.to(acc).unsqueeze(1))  # p - onehot(y) on valid rows
-                    dz = p[:, :V].to(g.dtype)
-                    if need_g:
-                        dg[s : s + chunk_size].addmm_(dz, M, beta=0, alpha=scale)
-                    if need_M:
-                        dM.addmm_(dz.T, gc, beta=0 if s == 0 else 1, alpha=scale)
-        ctx.save_for_backward(dg, dM)
+                    p.scatter_add_(1, tc, torch.full_like(tc, -1, dtype=acc))  # p - onehot(y)
+                    dgc = dg[s : s + chunk_size] if need_g else None
+                    _chunk_gradients(p[:, :W], zc[:, :W], gc, wc, Mg, dgc, dMg, s == 0)
+        ctx.save_for_backward(dg, None if dMg is None else dMg[:V])
         return loss / count
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_loss):
         dg, dM = ctx.saved_tensors  # scaled in place: a second backward through the same graph fails loudly
-        if bool(grad_loss != 1):
-            for grad in (dg, dM):
-                if grad is not None:
-                    grad.mul_(grad_loss)
-        return dg, dM, None, None, None
+        for grad in (dg, dM):
+            if grad is not None:
+                grad.mul_(grad_loss)  # unconditionally: `grad_loss != 1` would be a host sync
+        return dg, dM, None, None, None, None
 
 
 def linear_cross_entropy(
-    g: torch.Tensor, M: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100, chunk_size: int = CHUNK_SIZE
+    g: torch.Tensor,
+    M: torch.Tensor,
+    targets: torch.Tensor,
+    ignore_index: int = -100,
+    chunk_size: int = CHUNK_SIZE,
+    pad_table: bool | None = None,
 ) -> torch.Tensor:
     """mean_i CE(g_i M^T, y_i) over rows with y_i != ignore_index, equal to `naive_linear_cross_entropy` in value
     and gradients, computed chunk by chunk (module docstring). g (..., d), M (V, d), targets (...). Under autocast
-    the GEMMs run in the autocast dtype, as the naive head matmul would; softmax and loss stay in FP32."""
+    the GEMMs run in the autocast dtype, as the naive head matmul would; softmax and loss stay in FP32.
+    `pad_table` (default: on CUDA, and under torch.compile, whose Dynamo refuses a non-contiguous `out=`) copies M,
+    cast to the compute dtype, into a buffer of V rounded up to 64 rows (zeros past V), so that every GEMM reads and
+    writes contiguous, aligned memory; otherwise (CPU eager) M is used as it is and the logits GEMM writes a view of a
+    buffer whose rows are padded to 16."""
     if chunk_size < 1:
         raise PitError(f"chunk_size {chunk_size}; expected an integer >= 1")
     if torch.is_autocast_enabled(g.device.type):
-        dtype = torch.get_autocast_dtype(g.device.type)
-        g, M = g.to(dtype), M.to(dtype)
-    elif M.dtype != g.dtype:
-        M = M.to(g.dtype)
-    return _LinearCrossEntropy.apply(g.reshape(-1, g.shape[-1]), M, targets.reshape(-1), ignore_index, chunk_size)
+        g = g.to(torch.get_autocast_dtype(g.device.type))
+    pad = (g.is_cuda or torch.compiler.is_compiling()) if pad_table is None else pad_table
+    if not pad and M.dtype != g.dtype:
+        M = M.to(g.dtype)  # a padded table is cast while it is copied (`_gemm_table`)
+    return _LinearCrossEntropy.apply(g.reshape(-1, g.shape[-1]), M, targets.reshape(-1), ignore_index, chunk_size, pad)
 
 
 def naive_linear_cross_entropy(

@@ -184,9 +184,10 @@ class Tracker:
     def log_params(self, params: dict) -> None:
         """Log the flattened `params` the run does not hold yet (MLflow params cannot change: a continued run keeps
         the values it was started with)."""
-        from mlflow.entities import Param
 
         def go():
+            from mlflow.entities import Param  # here, not above: a disabled tracker never imports mlflow
+
             logged = self._client.get_run(self.run_id).data.params
             items = [Param(k, str(v)[:6000]) for k, v in flatten(params).items() if k not in logged]
             for i in range(0, len(items), 100):
@@ -196,9 +197,10 @@ class Tracker:
 
     def log_metrics(self, rows: list[dict], keys: tuple[str, ...]) -> None:
         """Log metric rows (dicts with 'step'); only finite numeric values of `keys`."""
-        from mlflow.entities import Metric
 
         def go():
+            from mlflow.entities import Metric  # only when tracking is active (`_call` skips `go` otherwise)
+
             ts = int(time.time() * 1000)
             items = [
                 Metric(k, float(r[k]), ts, int(r["step"]))

@@ -1,7 +1,8 @@
 """Training throughput, MFU and memory of this machine (`pit bench`), measured in one process and one run.
 
     pit bench [--json] [--size default|tiny|gpu] [--rounds 3] [--repeats 1] [--layers 2] [--threads N]
-              [--device cpu|cuda] [--precision fp32|bf16] [--peak-tflops X]
+              [--device cpu|cuda] [--precision fp32|bf16] [--peak-tflops X] [--compile [BACKEND]] [--batches 8,16,32]
+              [--sections train,reference,head_memory,generate] [--arms pit,pit_trainable_z,tt,untied]
 
 Sections (docs/performance.md has the method and the JSON keys):
 * `gemm_peak`: GEMM FLOP/s of an n x n `torch.mm` in the step's precision (FP32, or BF16 under `--precision
@@ -11,7 +12,10 @@ Sections (docs/performance.md has the method and the JSON keys):
 * `train`: the step of `pit train` (forward, chunked fused loss, backward, clipping, fused AdamW, PIT's
   after-step hook) on one fixed batch, for PIT (frozen Z), PIT (trainable Z), TT and untied, on
   scratch-tiny and on a 133M-shaped scratch model cut to `--layers` blocks, at V = 50257 (and PIT, TT at
-  V = 32000).
+  V = 32000); the 133M groups at every batch of the size's sweep (`gpu`: 8, 16, 32 windows of 1024 tokens).
+  `--compile`: the loss module (forward + chunked loss, and so its backward) under `torch.compile` (inductor,
+  or the backend named), one static graph per shape, as `compile: true` in a training spec; the optimizer step
+  stays eager.
 * `reference`: transformers' `GPT2LMHeadModel` (tied, its default attention, loss from `labels`) against
   our `PitGPT2LMHeadModel` with TT and with PIT, converted from it, at one GPT-2 configuration (size `gpu`:
   Cerebras-GPT-256M's shape) and with the same optimizer.
@@ -53,7 +57,7 @@ from pit.training.objective import NextTokenLoss
 from pit.training.optim import optimizer_update, param_groups
 from pit.training.runtime import resolve_device
 
-SCHEMA = "pit-bench/2"
+SCHEMA = "pit-bench/3"
 # Dense BF16 tensor-core peaks (FLOP/s, without sparsity) from NVIDIA's datasheets, matched in this order against
 # torch.cuda.get_device_name(); another GPU gets MFU against its measured GEMM only, unless --peak-tflops is given.
 BF16_PEAKS = (
@@ -85,8 +89,13 @@ class Size:
     reference: tuple[int, int, int, int]  # GPT-2: layers, d, heads, vocabulary
     memory: tuple[int, int, int]  # head + loss: tokens, vocabulary, d
     generate: tuple[int, int, int]  # batch, prompt length, new tokens
+    batches: tuple[int, ...] = ()  # the batch sweep of the 133M groups (windows per step); () = (batch,)
+
+    def sweep(self) -> tuple[int, ...]:
+        return self.batches or (self.batch,)
 
 
+SECTIONS = ("train", "reference", "head_memory", "generate")
 SIZES = {
     "default": Size(
         gemm_n=3072,
@@ -124,6 +133,7 @@ SIZES = {
         reference=(14, 1088, 17, 50257),
         memory=(16384, 50257, 768),
         generate=(8, 128, 128),
+        batches=(8, 16, 32),
     ),
 }  # layers in `train`: None = the model's own depth, 0 = --layers
 
@@ -163,10 +173,16 @@ def bf16_peak(target: Target, peak_tflops: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class Bench:
-    """One run's settings: the target (device, precision) and the BF16 peak MFU is also read against."""
+    """One run's settings: the target (device, precision), the BF16 peak MFU is also read against, and whether
+    the steps' loss modules run under torch.compile."""
 
     target: Target
     peak: float | None
+    compile: str | None = None  # a torch.compile backend (inductor), or None: eager
+
+    def loss(self, fn):
+        """`fn` as the step calls it: compiled (static shapes: a new batch shape compiles anew) or as it is."""
+        return torch.compile(fn, backend=self.compile, dynamic=False) if self.compile else fn
 
 
 CPU_FP32 = Bench(Target(torch.device("cpu"), bf16=False), peak=None)  # the default: what benchmarks/ scripts run
@@ -243,7 +259,7 @@ def step_rows(
     """Time the steps of `group` {arm: (model, loss)} with an n x n GEMM as one more arm. MFU is against that
     GEMM, measured in the same rounds (and against the BF16 peak where known); `time_ratio_to_tt` is present
     when the group has a TT arm (`tt` or `ours_tt`)."""
-    steps = {arm: TrainStep(model, loss, batch, bench.target) for arm, (model, loss) in group.items()}
+    steps = {arm: TrainStep(model, bench.loss(loss), batch, bench.target) for arm, (model, loss) in group.items()}
     gemm_fn, gemm_flops = gemm_arm(gemm_n, bench.target)
     seconds = time_arms({**steps, "gemm": gemm_fn}, rounds, repeats, bench.target.sync)
     tokens, gemm = batch[:, :-1].numel(), gemm_flops / seconds["gemm"]
@@ -257,6 +273,7 @@ def step_rows(
                 "model": None,
                 "layers": cfg.num_hidden_layers,
                 "d_model": cfg.hidden_size,
+                "batch": batch.shape[0],
                 "vocab": cfg.vocab_size,
                 "arm": arm,
                 "tokens_per_step": tokens,
@@ -274,15 +291,29 @@ def step_rows(
     return rows
 
 
-def train_section(size: Size, layers: int, rounds: int, repeats: int, bench: Bench = CPU_FP32) -> list[dict]:
-    out, device = [], bench.target.device
-    for name, depth, vocab, arms in size.train:
+def train_section(
+    size: Size,
+    layers: int,
+    rounds: int,
+    repeats: int,
+    bench: Bench = CPU_FP32,
+    batches: tuple[int, ...] = (),
+    arms: tuple[str, ...] = tuple(ARMS),
+) -> list[dict]:
+    """Every group of `size.train` (its arms among `arms`); the 133M groups once per batch of `batches` (default:
+    the size's sweep), scratch-tiny at its own batch. The models of a group are built once, timed at every batch."""
+    out, device, batches = [], bench.target.device, batches or size.sweep()
+    for name, depth, vocab, group_arms in size.train:
+        if not (timed := [arm for arm in group_arms if arm in arms]):
+            continue
         overrides = {} if depth is None else {"num_hidden_layers": depth or layers}
-        shape = (size.tiny_batch, size.tiny_seq_len) if depth is None else (size.batch, size.seq_len)
-        batch = torch.randint(0, vocab, (shape[0], shape[1] + 1), generator=torch.Generator().manual_seed(0))
-        models = {arm: build_model(name, ARMS[arm], vocab_size=vocab, seed=0, **overrides) for arm in arms}
+        models = {arm: build_model(name, ARMS[arm], vocab_size=vocab, seed=0, **overrides) for arm in timed}
         group = {arm: (m.to(device), NextTokenLoss(m)) for arm, m in models.items()}
-        out += [{**r, "model": name} for r in step_rows(group, batch.to(device), rounds, repeats, size.gemm_n, bench)]
+        sweep = [(size.tiny_batch, size.tiny_seq_len)] if depth is None else [(b, size.seq_len) for b in batches]
+        for rows, seq_len in sweep:
+            gen = torch.Generator().manual_seed(0)
+            batch = torch.randint(0, vocab, (rows, seq_len + 1), generator=gen).to(device)
+            out += [{**r, "model": name} for r in step_rows(group, batch, rounds, repeats, size.gemm_n, bench)]
         del models, group
     return out
 
@@ -426,8 +457,26 @@ def generate_section(size: Size, layers: int, rounds: int, target: Target) -> li
 
 
 # ---- the report --------------------------------------------------------------------------------
+def best_batch(result: dict) -> dict:
+    """The 133M step at V = 50257 at its best batch of the sweep: the batch where PIT's MFU (against the BF16 peak
+    where known, else against the GEMM) is highest, with every arm's MFU and PIT/TT time there."""
+    rows = [r for r in result["train"] if r["model"] == "scratch-133m" and r["vocab"] == 50257]
+    pit = [r for r in rows if r["arm"] == "pit"] or rows
+    if not pit:
+        return {"batch": None, "mfu": None, "mfu_vs_peak": None, "pit_over_tt_time": None}
+    best = max(pit, key=lambda r: r["mfu_vs_peak"] or r["mfu"])["batch"]
+    at = {r["arm"]: r for r in rows if r["batch"] == best}
+    return {
+        "batch": best,
+        "mfu": {arm: r["mfu"] for arm, r in at.items()},
+        "mfu_vs_peak": {arm: r["mfu_vs_peak"] for arm, r in at.items() if r["mfu_vs_peak"]} or None,
+        "pit_over_tt_time": at["pit"].get("time_ratio_to_tt") if "pit" in at else None,
+    }
+
+
 def acceptance(result: dict) -> dict:
-    """The issue's targets, read off the measurements (null where a size does not measure it)."""
+    """The issue's targets, read off the measurements (null where a size or `--sections` does not measure them);
+    the `_v50257` keys without `best_batch` are at the first batch of the sweep."""
 
     def ratio(vocab, arm):
         return next(
@@ -440,21 +489,47 @@ def acceptance(result: dict) -> dict:
         )
 
     ref = {r["arm"]: r for r in result["reference"]}
-    big = [r for r in result["train"] if r["model"] == "scratch-133m" and r["vocab"] == 50257]
+    first = next((r["batch"] for r in result["train"] if r["model"] == "scratch-133m"), None)
+    big = [r for r in result["train"] if r["model"] == "scratch-133m" and r["vocab"] == 50257 and r["batch"] == first]
     chunked = [r for r in result["head_memory"] if r["loss"] == "chunked"]
     mem = [r["ratio_to_naive"] for r in chunked if r["ratio_to_naive"]]
+    best = best_batch(result)
     return {
         "pit_over_tt_time_v50257": ratio(50257, "pit"),
         "pit_over_tt_time_v32000": ratio(32000, "pit"),
         "pit_trainable_z_over_tt_time_v50257": ratio(50257, "pit_trainable_z"),
-        "ours_tt_over_hf_gpt2_tokens_per_s": ref["ours_tt"]["tokens_per_s"] / ref["hf_gpt2"]["tokens_per_s"],
-        "ours_pit_over_ours_tt_time_reference": ref["ours_pit"]["time_ratio_to_tt"],
+        "ours_tt_over_hf_gpt2_tokens_per_s": ref["ours_tt"]["tokens_per_s"] / ref["hf_gpt2"]["tokens_per_s"]
+        if ref
+        else None,
+        "ours_pit_over_ours_tt_time_reference": ref["ours_pit"]["time_ratio_to_tt"] if ref else None,
         "mfu_133m_v50257": {r["arm"]: r["mfu"] for r in big} or None,
         "mfu_vs_peak_133m_v50257": {r["arm"]: r["mfu_vs_peak"] for r in big if r["mfu_vs_peak"]} or None,
         "mfu_vs_peak_reference": {a: r["mfu_vs_peak"] for a, r in ref.items() if r["mfu_vs_peak"]} or None,
         "chunked_over_naive_head_memory": max(mem) if mem else None,
-        "chunked_over_naive_head_time": max(r["time_ratio_to_naive"] for r in chunked),
+        "chunked_over_naive_head_time": max((r["time_ratio_to_naive"] for r in chunked), default=None),
+        "best_batch_133m_v50257": best["batch"],
+        "mfu_best_batch_133m_v50257": best["mfu"],
+        "mfu_vs_peak_best_batch_133m_v50257": best["mfu_vs_peak"],
+        "pit_over_tt_time_best_batch_v50257": best["pit_over_tt_time"],
     }
+
+
+def _check_settings(size, rounds, repeats, layers, precision, peak_tflops, batches, sections, arms) -> None:
+    if size not in SIZES:
+        raise PitError(f"bench size {size!r} is unknown; expected one of {sorted(SIZES)}")
+    for key, value in (("rounds", rounds), ("repeats", repeats), ("layers", layers)):
+        if value < 1:
+            raise PitError(f"bench {key} {value}; expected an integer >= 1")
+    if precision not in (None, "fp32", "bf16"):
+        raise PitError(f"bench precision {precision!r}; expected fp32 or bf16")
+    if peak_tflops is not None and not peak_tflops > 0:
+        raise PitError(f"bench peak_tflops {peak_tflops}; expected a number > 0 (TFLOP/s)")
+    if any(b < 1 for b in batches):
+        raise PitError(f"bench batches {list(batches)}; expected integers >= 1")
+    if not sections or set(sections) - set(SECTIONS):
+        raise PitError(f"bench sections {list(sections)}; expected some of {list(SECTIONS)}")
+    if not arms or set(arms) - set(ARMS):
+        raise PitError(f"bench arms {list(arms)}; expected some of {list(ARMS)}")
 
 
 def run_bench(
@@ -465,22 +540,22 @@ def run_bench(
     device: str = "cpu",
     precision: str | None = None,
     peak_tflops: float | None = None,
+    compile: str | None = None,
+    batches: tuple[int, ...] = (),
+    sections: tuple[str, ...] = SECTIONS,
+    arms: tuple[str, ...] = tuple(ARMS),
 ) -> dict:
-    """Every section, in this order, in this process (CPU memory probes in child processes). `precision`
-    None = bf16 on CUDA, fp32 on CPU."""
-    if size not in SIZES:
-        raise PitError(f"bench size {size!r} is unknown; expected one of {sorted(SIZES)}")
-    for key, value in (("rounds", rounds), ("repeats", repeats), ("layers", layers)):
-        if value < 1:
-            raise PitError(f"bench {key} {value}; expected an integer >= 1")
-    if precision not in (None, "fp32", "bf16"):
-        raise PitError(f"bench precision {precision!r}; expected fp32 or bf16")
-    if peak_tflops is not None and not peak_tflops > 0:
-        raise PitError(f"bench peak_tflops {peak_tflops}; expected a number > 0 (TFLOP/s)")
+    """The `sections`, in this order, in this process (CPU memory probes in child processes); a section left out
+    gives an empty list. `precision` None = bf16 on CUDA, fp32 on CPU; `batches` () = the size's sweep; `arms`: the
+    training arms timed in `train` (the reference keeps its three)."""
+    _check_settings(size, rounds, repeats, layers, precision, peak_tflops, batches, sections, arms)
     target = Target(resolve_device(device), precision == "bf16" or (precision is None and device.startswith("cuda")))
-    bench, s = Bench(target, bf16_peak(target, peak_tflops)), SIZES[size]
-    train = train_section(s, layers, rounds, repeats, bench)
-    reference = reference_section(s, rounds, repeats, bench)
+    bench, s = Bench(target, bf16_peak(target, peak_tflops), compile), SIZES[size]
+    batches = tuple(batches) or s.sweep()
+    with torch._dynamo.config.patch(recompile_limit=64):  # one compiled graph per arm and shape, one code object
+        train = train_section(s, layers, rounds, repeats, bench, batches, arms) if "train" in sections else []
+        reference = reference_section(s, rounds, repeats, bench) if "reference" in sections else []
+    gemms = [r["gemm_flop_per_s"] for r in train + reference]
     result = {
         "schema": SCHEMA,
         "machine": {
@@ -493,34 +568,35 @@ def run_bench(
             "precision": "bf16" if target.bf16 else "fp32",
             "bf16_peak_flop_per_s": bench.peak,
         },
-        "settings": {"size": size, "rounds": rounds, "repeats": repeats, "layers": layers, **asdict(s)},
+        "settings": {"size": size, "rounds": rounds, "repeats": repeats, "layers": layers, **asdict(s)}
+        | {"compile": compile, "batches": list(batches), "sections": list(sections), "arms": list(arms)},
         "gemm_peak": {
             "n": s.gemm_n,
             "dtype": str(target.dtype).removeprefix("torch."),
-            "flop_per_s": max(r["gemm_flop_per_s"] for r in train + reference),
+            "flop_per_s": max(gemms, default=None),
         },
         "train": train,
         "reference": reference,
-        "head_memory": memory_section(s, bench),
-        "generate": generate_section(s, layers, rounds, target),
+        "head_memory": memory_section(s, bench) if "head_memory" in sections else [],
+        "generate": generate_section(s, layers, rounds, target) if "generate" in sections else [],
     }
     result["acceptance"] = acceptance(result)
     return result
 
 
 def to_text(r: dict) -> str:
-    g, m = 1e9, r["machine"]
+    g, m, peak = 1e9, r["machine"], r["gemm_peak"]["flop_per_s"]
     lines = [
         f"{m['device']}, {m['precision']}"
         + (f", dense BF16 peak {m['bf16_peak_flop_per_s'] / 1e12:.1f} TFLOP/s" if m["bf16_peak_flop_per_s"] else ""),
         f"{r['gemm_peak']['dtype']} GEMM peak ({r['gemm_peak']['n']}^3 torch.mm, {m['threads']} threads): "
-        f"{r['gemm_peak']['flop_per_s'] / g:.1f} GFLOP/s",
+        + ("not measured" if peak is None else f"{peak / g:.1f} GFLOP/s"),
         "",
-        "training step (pit train's step, one fixed batch):",
+        f"training step (pit train's step, one fixed batch{', loss compiled' if r['settings']['compile'] else ''}):",
     ]
     for row in r["train"] + r["reference"]:
         lines.append(
-            f"  {row['model']:18s} L={row['layers']:<2d} V={row['vocab']:<6d} {row['arm']:16s} "
+            f"  {row['model']:18s} L={row['layers']:<2d} V={row['vocab']:<6d} B={row['batch']:<3d} {row['arm']:16s} "
             f"{row['tokens_per_s']:9.0f} tok/s  {row['flop_per_s'] / g:6.1f} GFLOP/s  MFU {row['mfu']:6.1%}"
             + (f"  time/TT {row['time_ratio_to_tt']:.3f}" if "time_ratio_to_tt" in row else "")
             + (f"  MFU/peak {row['mfu_vs_peak']:6.1%}" if row["mfu_vs_peak"] else "")

@@ -1,0 +1,91 @@
+"""The loss step has no host sync and no graph break: torch.compile sees NextTokenLoss + backward as one graph.
+
+On CPU, Dynamo is the witness: a host sync such as `int(valid.sum())` or `bool(grad_loss != 1)` in the loss (forward
+or the autograd.Function's backward, which Dynamo traces too) is a graph break, so `torch._dynamo.explain` must
+count none, and a `fullgraph=True` compile must run forward and backward and give eager's values. On CUDA
+(marker `cuda`), `torch.cuda.set_sync_debug_mode("error")` around a training step must raise nothing.
+"""
+
+import pytest
+import torch
+
+from pit.core.interfaces import InterfaceConfig
+from pit.models import build_model
+from pit.models.access import interface_of
+from pit.training.objective import NextTokenLoss
+from pit.training.optim import optimizer_update, param_groups
+
+KINDS = {"pit": InterfaceConfig(kind="pit"), "tt": InterfaceConfig(kind="tt"), "untied": InterfaceConfig(kind="untied")}
+V = 300
+
+
+def loss_and_batch(kind, device="cpu", ignore_all=False):
+    model = build_model("scratch-tiny", KINDS[kind], vocab_size=V, seed=0).to(device).train()
+    batch = torch.randint(0, V, (2, 17), generator=torch.Generator().manual_seed(0)).to(device)
+    targets = batch[:, 1:].clone()
+    targets[:, :: 1 if ignore_all else 5] = -100  # ignored rows (LoRA's prompt and padding positions)
+    return NextTokenLoss(model), batch[:, :-1], targets
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_next_token_loss_traces_as_one_graph(kind):
+    loss_fn, inputs, targets = loss_and_batch(kind)
+    explanation = torch._dynamo.explain(loss_fn)(inputs, targets)
+    assert explanation.graph_break_count == 0, [str(b.reason) for b in explanation.break_reasons]
+    assert explanation.graph_count == 1
+
+
+@pytest.mark.parametrize("ignore_all", [False, True], ids=["some_ignored", "all_ignored"])
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_fullgraph_compiled_loss_and_backward_equal_eager(kind, ignore_all):
+    """fullgraph=True raises at any graph break, forward or backward; aot_eager runs the traced graphs with eager
+    kernels, so values agree to FP32 round-off (1e-6 relative); all rows ignored: nan loss, zero gradients."""
+    loss_fn, inputs, targets = loss_and_batch(kind, ignore_all=ignore_all)
+    params = [p for p in loss_fn.parameters() if p.requires_grad]
+    compiled = torch.compile(loss_fn, backend="aot_eager", fullgraph=True)
+    out = []
+    for fn in (loss_fn, compiled):
+        loss = fn(inputs, targets)
+        out.append((loss.detach(), torch.autograd.grad(3 * loss, params)))
+    (ref, ref_grads), (loss, grads) = out
+    if ignore_all:
+        assert torch.isnan(ref) and torch.isnan(loss)
+        assert all(torch.count_nonzero(g) == 0 for g in grads)
+        return
+    assert torch.allclose(loss, ref, rtol=1e-6, atol=0)
+    for a, b in zip(grads, ref_grads):
+        assert ((a - b).norm() / b.norm()).item() <= 1e-6
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_cuda_training_step_does_not_sync_with_the_host(kind):
+    """bf16 autocast forward, chunked loss, backward, clipping and fused AdamW, as `pit train`'s step. PIT with a
+    trainable Z is not here: its retraction (pit/core/linalg.py) decides its method on the host once per step."""
+    loss_fn, inputs, targets = loss_and_batch(kind, "cuda")
+    model = loss_fn.model
+    optimizer = torch.optim.AdamW(param_groups(model, 0.1, 1e-4), lr=1e-4, fused=True)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_fn(inputs, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer_update(optimizer, interface_of(model))
+
+    step()  # warm-up: lazy initialisation (cuBLAS handles, optimizer state) may sync once
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
