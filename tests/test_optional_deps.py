@@ -35,3 +35,14 @@ def test_bench_needs_no_tooling():
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert [row["arm"] for row in json.loads(run.stdout)["train"]] == ["pit", "tt"]
+
+
+def test_a_local_corpus_downloads_and_tokenizes_without_datasets(without_tooling, tmp_path):
+    """The test data (tiny_data) of the cuda tests is built on the GPU machine too: a local corpus needs no
+    `datasets` (the same documents, in the same order, as the manifest records)."""
+    from helpers import STDLIB_CORPUS
+
+    from pit.data.download import download
+
+    manifest = download(STDLIB_CORPUS | {"max_documents": 12, "shard_documents": 5}, tmp_path / "c" / "manifest.json")
+    assert manifest["documents"] == 12 and (tmp_path / "c" / "train-00000.parquet").is_file()

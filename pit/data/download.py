@@ -5,8 +5,8 @@ A corpus folder holds
     progress.json                           the finished chunks: an interrupted download resumes
     manifest.json                           written last: spec, shards (rows, sha256), documents
                                             (local source) and `manifest_sha256`
-Both sources go through a `datasets.IterableDataset`, so the chunking, the train/validation split
-and the resume logic are shared.
+Both sources are one ordered stream of documents (local files a plain generator, the hub a streaming
+`datasets.IterableDataset`), so the chunking, the train/validation split and the resume logic are shared.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import json
 import os
 import re
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,14 +110,12 @@ def _local_documents(root: str, paths: list[str]) -> Iterator[dict[str, str]]:
             yield {"text": text, "path": rel, "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def open_stream(spec: dict[str, Any]):
-    """The documents of the corpus as a `datasets.IterableDataset`, in a fixed order."""
-    import datasets
-
+def open_stream(spec: dict[str, Any]) -> Iterable[dict[str, Any]]:
+    """The documents of the corpus, in a fixed order: local files as a plain generator (no `datasets` needed, as
+    on a GPU machine without it), a hub data set as a streaming `datasets.IterableDataset`."""
     if spec["source"] == "local":
         root, paths = local_files(spec["glob"], spec["exclude"])
-        # One generator shard: datasets would otherwise split `paths` and could reorder them.
-        return datasets.IterableDataset.from_generator(_local_documents, gen_kwargs={"root": str(root), "paths": paths})
+        return _local_documents(str(root), paths)
     return _open_hub(spec["hub_id"], spec["hub_config"], spec["hub_split"])
 
 
