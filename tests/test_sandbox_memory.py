@@ -19,7 +19,7 @@ from pit.evaluation.sandbox import Limits, run_python
 
 MODES = [None, "weak"]  # bubblewrap (where it runs; else the weaker mode) and the weaker mode
 HOLD = """
-import os, time
+import os, select
 r, w = os.pipe()
 pids = []
 for _ in range({children}):
@@ -30,13 +30,18 @@ for _ in range({children}):
     if pid == 0:
         os.close(r)
         block = b"\\x01" * ({mib} << 20)  # written: every page is touched
-        os.write(w, b"1")
-        time.sleep(60)
-        os._exit(0)
+        os.write(w, b"%8d" % os.getpid())  # holding its share now
+        select.select([], [], [])  # hold it until the sandbox ends
     pids.append(pid)
 os.close(w)
-time.sleep(4)  # time to allocate, and for the kernel to kill what does not fit
-alive = [pid for pid in pids if os.waitpid(pid, os.WNOHANG) == (0, 0)]
+# No clock: wait until every child either holds its share (said so on the pipe) or is dead (killed for memory).
+holding, dead = set(), set()
+while set(pids) - holding - dead:
+    if select.select([r], [], [], 0.05)[0]:
+        data = os.read(r, 8 * len(pids))
+        holding.update(int(data[i : i + 8]) for i in range(0, len(data), 8))
+    dead.update(pid for pid in set(pids) - dead if os.waitpid(pid, os.WNOHANG) != (0, 0))
+alive = [pid for pid in pids if pid not in dead and os.waitpid(pid, os.WNOHANG) == (0, 0)]
 raise SystemExit("report=" + __import__("json").dumps({{"forked": len(pids), "alive": len(alive)}}))
 """
 

@@ -79,13 +79,17 @@ def test_cuda_training_step_does_not_sync_with_the_host(kind):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer_update(optimizer, interface_of(model))
+        return loss.detach()
 
     step()  # warm-up: lazy initialisation (cuBLAS handles, optimizer state) may sync once
     torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
+    before = [p.detach().clone() for p in model.parameters() if p.requires_grad]
+    torch.cuda.set_sync_debug_mode("error")  # any host sync in the two steps below raises RuntimeError
     try:
-        step()
-        step()
+        losses = [step(), step()]
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
+    assert all(torch.isfinite(loss).item() for loss in losses)
+    after = [p.detach() for p in model.parameters() if p.requires_grad]
+    assert any(not torch.equal(a, b) for a, b in zip(after, before)), "the steps must update the weights"
