@@ -1,8 +1,9 @@
 """`pit convert-check`: how much of a teacher each PIT teacher init keeps, before any training step.
 
-For a GPT-2-architecture teacher with embedding E0 = U H (thin polar) and each requested `t_init`
-(pit.core.interfaces.teacher_factor; `power` once per exponent a), the teacher is converted with
-`convert_teacher` and compared with the teacher and with TT (the conversion that keeps E0):
+For a teacher of any supported family (pit/models/any_model.py) with input embedding E0 = U H (thin polar), output
+head W0 (= E0 when tied) and each requested `t_init` (pit.core.interfaces.teacher_factor; `power` once per exponent
+a), the teacher is converted with `convert_teacher` and compared with the teacher and with TT (the conversion that
+keeps E0; for an untied teacher TT drops W0, so TT is the teacher only when tied):
 
     val_loss          mean next-token loss of the converted model on the first N non-overlapping windows of the
                       validation file (pit.analysis.side_effects.next_token_side_effects, float64)
@@ -10,8 +11,9 @@ For a GPT-2-architecture teacher with embedding E0 = U H (thin polar) and each r
     minus_tt          val_loss - TT's loss (TT is the teacher exactly, so the two losses agree)
     kl                mean KL(p_teacher || p_converted) per position
     embedding_error   ||E - E0||_F / ||E0||_F
-    head_error        ||W_out - E0^T||_F / ||E0||_F           (W_out as the interface holds it)
-    head_error_folded ||beta W_out - E0^T||_F / ||E0||_F      (beta: the scalar `power` folds into ln_f; 1 otherwise)
+    head_error        ||W_out - W0^T||_F / ||W0||_F           (W_out as the interface holds it)
+    head_error_folded ||beta W_out - W0^T||_F / ||W0||_F      (beta: the scalar `power` folds into the final norm,
+                                                               measured as its output's gain; 1 otherwise)
     delta_ti          ||W_out E - I||_F
 
 The result also holds the singular values of E0 in summary (`spectrum`): how anisotropic the teacher is.
@@ -25,14 +27,14 @@ from pit.analysis.side_effects import next_token_side_effects
 from pit.core.interfaces import T_INITS, InterfaceConfig
 from pit.core.linalg import gram, single_thread
 from pit.errors import PitError
-from pit.models.access import interface_matrices
-from pit.models.teacher import convert_teacher
+from pit.models.access import final_norm, interface_matrices
+from pit.models.any_model import convert_teacher
 
 FORMULAS = {
     "identity": "T = I",
     "inverse_h": "T = H^-1",
     "head": "T = H",
-    "power": "T = sigma^-(1+a) H^a, ln_f x sigma^2",
+    "power": "T = sigma^-(1+a) H^a, final norm x sigma^2",
 }
 
 
@@ -67,30 +69,39 @@ def embedding_spectrum(E0: torch.Tensor) -> dict:
 
 
 @torch.no_grad()
-def interface_errors(model, E0: torch.Tensor, teacher) -> dict:
-    """Relative Frobenius errors of the converted model's E and W_out against the teacher's (float64)."""
+def final_norm_gain(model, teacher) -> float:
+    """beta = ||norm_model(x)|| / ||norm_teacher(x)|| on seeded random x: the scalar the conversion folded into the
+    final norm (any norm type: LayerNorm gain and bias, RMSNorm gain, Gemma's (1 + w))."""
+    norm_m, norm_t = final_norm(model), final_norm(teacher)
+    x = torch.randn(8, model.interface.dim, generator=torch.Generator().manual_seed(0))
+    return (norm_m(x).norm() / norm_t(x).norm()).item()
+
+
+@torch.no_grad()
+def interface_errors(model, teacher) -> dict:
+    """Relative Frobenius errors of the converted model's E and W_out against the teacher's E0 and W0 (float64)."""
     E, W = interface_matrices(model, float64=True)
-    E0 = E0.double()
-    norm = torch.linalg.matrix_norm(E0)
-    beta = (model.transformer.ln_f.weight.norm() / teacher.transformer.ln_f.weight.norm()).item()
+    E0, W0_t = interface_matrices(teacher, float64=True)
+    beta = final_norm_gain(model, teacher)
     return {
-        "embedding_error": (torch.linalg.matrix_norm(E - E0) / norm).item(),
-        "head_error": (torch.linalg.matrix_norm(W - E0.T) / norm).item(),
-        "head_error_folded": (torch.linalg.matrix_norm(beta * W - E0.T) / norm).item(),
+        "embedding_error": (torch.linalg.matrix_norm(E - E0) / torch.linalg.matrix_norm(E0)).item(),
+        "head_error": (torch.linalg.matrix_norm(W - W0_t) / torch.linalg.matrix_norm(W0_t)).item(),
+        "head_error_folded": (torch.linalg.matrix_norm(beta * W - W0_t) / torch.linalg.matrix_norm(W0_t)).item(),
         "ln_f_scale": beta,
         "delta_ti": torch.linalg.matrix_norm(W @ E - torch.eye(E.shape[1], dtype=E.dtype)).item(),
     }
 
 
 def check_inputs(teacher, data, seq_len: int, windows: int) -> None:
-    if teacher.config.vocab_size != data.meta["vocab_size"]:
+    if teacher.config.vocab_size < data.meta["vocab_size"]:  # more rows than ids: the padding of Qwen2, Pythia
         raise PitError(
             f"teacher has vocabulary size {teacher.config.vocab_size}, the validation data {data.meta['vocab_size']}; "
             "expected the data tokenized with the teacher's tokenizer"
         )
-    if not 2 <= seq_len <= teacher.config.n_positions or windows < 1:
+    context = teacher.config.max_position_embeddings  # GPT-2: n_positions (transformers' attribute map)
+    if not 2 <= seq_len <= context or windows < 1:
         raise PitError(
-            f"seq_len {seq_len}, windows {windows}: expected 2 <= seq_len <= {teacher.config.n_positions} "
+            f"seq_len {seq_len}, windows {windows}: expected 2 <= seq_len <= {context} "
             "(the teacher's context) and windows >= 1"
         )
 
@@ -119,7 +130,7 @@ def convert_check(teacher, data, configs=None, windows: int = 16, seq_len: int =
                 "minus_teacher": fx["val_loss_after"] - teacher_loss,
                 "minus_tt": fx["val_loss_after"] - tt_loss,
                 "kl": fx["kl"],
-                **interface_errors(model, E0, teacher),
+                **interface_errors(model, teacher),
             }
         )
     return {
@@ -145,7 +156,7 @@ def markdown(result: dict) -> str:
         "",
         "| init | formula | val loss | - teacher | - TT | KL | E err | W_out err | folded W_out err | Delta_TI |",
         "|---|---|---|---|---|---|---|---|---|---|",
-        f"| teacher | E0, E0^T | {result['teacher_val_loss']:.4f} | 0 | | | 0 | 0 | 0 | |",
+        f"| teacher | E0, W0^T | {result['teacher_val_loss']:.4f} | 0 | | | 0 | 0 | 0 | |",
         f"| tt | E = E0, W_out = E0^T | {result['tt_val_loss']:.4f} | "
         f"{result['tt_val_loss'] - result['teacher_val_loss']:.2g} | 0 | | 0 | 0 | 0 | |",
     ]

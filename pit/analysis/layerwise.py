@@ -171,9 +171,10 @@ def _ratio(num: float, den: float) -> float | None:
 
 
 def check_vocab(model, data: TokenFile) -> None:
-    """The token file and the model share one vocabulary, else a PitError naming both sizes."""
+    """The token file's ids are rows of the model's vocabulary (a model may have more rows: padding), else a PitError
+    naming both sizes."""
     V = model.config.vocab_size
-    if data.meta.get("vocab_size") != V:
+    if not isinstance(data.meta.get("vocab_size"), int) or data.meta["vocab_size"] > V:
         raise PitError(
             f"token file {str(data.path)!r} was tokenized with vocabulary size "
             f"{data.meta.get('vocab_size')} (tokenizer {data.meta.get('tokenizer')!r}); "

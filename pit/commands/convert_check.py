@@ -16,7 +16,7 @@ from pit.core.linalg import cpu_threads
 from pit.data.reader import TokenFile
 from pit.errors import PitError
 from pit.io import write_json
-from pit.models.teacher import load_teacher
+from pit.models.any_model import load_teacher
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,7 +43,7 @@ def register(sub) -> None:
         description=f"{__doc__}\n{cc.__doc__}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("teacher", help="GPT-2-architecture teacher: a local folder or a hub id")
+    p.add_argument("teacher", help="teacher of any supported family (pit convert --help): a local folder or a hub id")
     p.add_argument(
         "--t-init", action="append", choices=T_INITS, help="an init to check (repeatable; default: all of them)"
     )

@@ -22,8 +22,8 @@ def register(sub) -> None:
     p = sub.add_parser(
         "export",
         help="write a plain untied transformers model with the same logits",
-        description="Write a plain untied transformers model (GPT2LMHeadModel for the teacher "
-        "family, CohereForCausalLM for the scratch family) whose logits equal SRC's.",
+        description="Write a plain untied transformers model (the source architecture of a converted causal LM, "
+        "e.g. GPT2LMHeadModel or LlamaForCausalLM; CohereForCausalLM for the scratch family) whose logits equal SRC's.",
     )
     p.add_argument("src", help="project checkpoint folder (save_pretrained)")
     p.add_argument("dst", help="output folder (a new one: an existing folder that is not empty needs --force)")

@@ -1,8 +1,8 @@
 """The one place that knows how to reach the token interface, the head, the final norm and the residual
-states of any model the project handles: the two interface families (`PitForCausalLM`,
-`PitGPT2LMHeadModel`, which hold `model.interface`) and plain tied or untied `transformers` GPT-2 models
-(the stand-in teachers before conversion, exported models). Everything else asks here instead of
-branching on the model's class.
+states of any model the project handles: the scratch family (`PitForCausalLM`), any supported `transformers`
+causal LM with an interface (`pit.models.any_model.InterfaceCausalLM`: `PitGPT2LMHeadModel`, `PitLlamaForCausalLM`,
+...; all hold `model.interface`) and plain tied or untied `transformers` models of those families (the sources
+before conversion, exported models). Everything else asks here instead of branching on the model's class.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import copy
 import torch
 
 from pit.core import metrics
+from pit.models.any_model import FAMILIES
+from pit.models.any_model import final_norm as decoder_final_norm
 from pit.models.scratch import PitForCausalLM
 
 
@@ -50,28 +52,45 @@ def head_table(model) -> torch.Tensor:
     return getattr(iface, {"pit": "Z", "tt": "weight", "untied": "head"}[iface.kind])
 
 
-def head_input(model, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(g, M) with logits = g M^T: the final hidden states h through the interface's `head_input`
-    (PIT: g = h T, M = Z), or h and the lm_head table of a plain GPT-2."""
+def _unwrapped(model):
+    """The transformers model under a peft wrapper (whose `base_model` is peft's, not the decoder)."""
+    get_base = getattr(type(model), "get_base_model", None)
+    return model.get_base_model() if get_base is not None else model
+
+
+def logit_softcap(model) -> float | None:
+    """c of a final-logit soft-cap (logits = c tanh(z / c), Gemma 2/3), or None: logits = g M^T as they are."""
+    model = _unwrapped(model)
     if isinstance(model, PitForCausalLM):
-        h, _ = model.hidden_states(inputs)
-    else:  # GPT-2 architecture: stand-in and converted teachers
-        h = model.transformer(inputs, use_cache=False).last_hidden_state
-    if hasattr(model, "interface"):
-        return model.interface.head_input(h)
-    return h, model.get_output_embeddings().weight
+        return None
+    source = FAMILIES.get(model.config.model_type.removeprefix("pit_"))
+    return getattr(model.config, source.softcap, None) if source and source.softcap else None
+
+
+def head_input(model, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(g, M) with logits = g M^T before any soft-cap (`logit_softcap`): the final hidden states h (final norm
+    applied) through the interface's `head_input` (PIT: g = h T, M = Z), or h and the head table of a plain model."""
+    hf = _unwrapped(model)
+    if isinstance(hf, PitForCausalLM):
+        h, _ = hf.hidden_states(inputs)
+    else:  # any transformers causal LM: its decoder (transformer, model, gpt_neox, ...) ends with the final norm
+        h = hf.base_model(inputs, use_cache=False).last_hidden_state
+    if hasattr(hf, "interface"):
+        return hf.interface.head_input(h)
+    return h, hf.get_output_embeddings().weight
 
 
 def final_norm(model) -> torch.nn.Module:
-    return model.norm if isinstance(model, PitForCausalLM) else model.transformer.ln_f
+    model = _unwrapped(model)
+    return model.norm if isinstance(model, PitForCausalLM) else decoder_final_norm(model)
 
 
 def residual_states(model, ids: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
     """The last position's residual state after the embedding and after each block, final norm
     applied (L + 1 tensors of shape (B, d)), and the model's own logits there (B, V).
 
-    Scratch models return un-normed states; HF GPT-2 returns ln_f(h) as its last hidden state
-    (and the un-normed stream before it), so ln_f is applied to all but that one."""
+    Scratch models return un-normed states; transformers models return norm(h) as their last hidden state
+    (and the un-normed stream before it), so the final norm is applied to all but that one."""
     norm = final_norm(model)
     if isinstance(model, PitForCausalLM):
         h, states = model.hidden_states(ids, output_hidden_states=True)

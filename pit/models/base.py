@@ -10,14 +10,17 @@ from pit.errors import PitError
 
 
 class InterfaceEmbedding(nn.Module):
-    """`nn.Embedding` stand-in that routes to a token interface (which is registered elsewhere)."""
+    """`nn.Embedding` stand-in that routes to a token interface (which is registered elsewhere): e_t = scale E[t],
+    `scale` the architecture's own embedding scale (Gemma: sqrt(d); 1 elsewhere, and then no multiply at all)."""
 
-    def __init__(self, interface: TokenInterface):
+    def __init__(self, interface: TokenInterface, scale: float = 1.0):
         super().__init__()
         object.__setattr__(self, "interface", interface)  # a reference, not a submodule
+        self.scale = scale
 
     def forward(self, ids):
-        return self.interface.embed(ids)
+        e = self.interface.embed(ids)
+        return e if self.scale == 1.0 else e * self.scale
 
 
 class InterfaceHead(nn.Module):

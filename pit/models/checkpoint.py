@@ -17,9 +17,10 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 import pit.models  # noqa: F401  (registers the project's model types with the Auto classes)
 from pit.errors import PitError
 from pit.io import atomic_path
+from pit.models.any_model import FAMILIES, pit_classes
 from pit.models.weights import check_weights, tensor_shapes
 
-KNOWN_TYPES = ("pit_scratch", "pit_gpt2", "gpt2", "cohere")
+KNOWN_TYPES = ("pit_scratch", *(f"pit_{t}" for t in FAMILIES), *FAMILIES, "cohere")
 
 
 def read_config(path: str | Path) -> dict:
@@ -113,7 +114,7 @@ architecture". Either
 
 - install pit-repro and import its models first:
 
-      import pit.models  # registers pit_scratch and pit_gpt2 with the Auto classes
+      import pit.models  # registers pit_scratch and every pit_<type> with the Auto classes
       from transformers import AutoModelForCausalLM
       model = AutoModelForCausalLM.from_pretrained("THIS_FOLDER")
 
@@ -124,11 +125,13 @@ architecture". Either
 Generate text with `pit generate THIS_FOLDER --prompt "..."` (or `pit chat THIS_FOLDER`).
 """
 
-EXPORTED_CLASS = {"pit_scratch": "CohereForCausalLM", "pit_gpt2": "GPT2LMHeadModel"}
+EXPORTED_CLASS = {"pit_scratch": "CohereForCausalLM"} | {
+    f"pit_{t}": pit_classes(t)[1].__bases__[1].__name__ for t in FAMILIES
+}  # the source architecture: Pit<Arch> derives from (InterfaceCausalLM, <Arch>)
 
 
 def write_model_card(model: PreTrainedModel, folder: str | Path) -> None:
-    """README.md of a project checkpoint (pit_scratch, pit_gpt2): what to import, or `pit export`. Plain
+    """README.md of a project checkpoint (pit_scratch, pit_<type>): what to import, or `pit export`. Plain
     transformers models (an export, a stock GPT-2) get none: they load without this package."""
     model_type = model.config.model_type
     if model_type not in EXPORTED_CLASS:

@@ -1,43 +1,43 @@
 """Export to a plain untied `transformers` model that any HF runtime serves without this package:
-teacher family -> `GPT2LMHeadModel` with `tie_word_embeddings=False`, wte = E, lm_head = W_out^T;
+any converted causal LM (`pit_<type>`, pit/models/any_model.py) -> its source architecture (`GPT2LMHeadModel`,
+`LlamaForCausalLM`, `GemmaForCausalLM`, ...) with `tie_word_embeddings=False`, input embedding = E (the table:
+the architecture applies its own scale, Gemma's sqrt(d)), output head = W_out^T, every other weight as it is;
 scratch family -> `CohereForCausalLM` (the same parallel block), the attention gate folded into
 o_proj, embed_tokens = E, lm_head = W_out^T, logit_scale = 1.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import torch
-from transformers import CohereConfig, CohereForCausalLM, GPT2Config, GPT2LMHeadModel, PreTrainedModel
+from transformers import AutoModelForCausalLM, CohereConfig, CohereForCausalLM, PreTrainedModel
 
+from pit.core.interfaces import InterfaceConfig
 from pit.errors import PitError
 from pit.io import atomic_path
-from pit.models.checkpoint import load_model
+from pit.models.any_model import InterfaceCausalLM, convert_teacher, load_teacher, source_config
+from pit.models.checkpoint import load_model, write_model_card
 from pit.models.scratch import PitForCausalLM
-from pit.models.teacher import PitGPT2LMHeadModel
 
 TOKENIZER_FILES = ("tokenizer", "special_tokens", "vocab", "merges")
+
+
+def _weight_name(model: PreTrainedModel, module: torch.nn.Module) -> str:
+    return next(f"{name}.weight" for name, m in model.named_modules() if m is module)
 
 
 def export_untied(model: PreTrainedModel) -> PreTrainedModel:
     """A plain `transformers` model (no project code needed) whose logits equal `model`'s."""
     E = model.interface.input_embedding().detach().float().clone()
     W_out_t = model.interface.output_projection().detach().float().T.contiguous()
-    if isinstance(model, PitGPT2LMHeadModel):
-        cfg = model.config.to_dict()
-        for key in (
-            "model_type",
-            "architectures",
-            "interface",
-            "init_seed",
-            "transformers_version",
-            "tie_word_embeddings",
-        ):
-            cfg.pop(key, None)
-        out = GPT2LMHeadModel(GPT2Config(**cfg, tie_word_embeddings=False))
+    if isinstance(model, InterfaceCausalLM):
+        torch.manual_seed(0)  # the plain model's fresh tensors are all replaced; its own buffers stay
+        out = AutoModelForCausalLM.from_config(source_config(model.config, tie_word_embeddings=False))
         state = {k: v for k, v in model.state_dict().items() if not k.startswith("interface.")}
-        state["transformer.wte.weight"], state["lm_head.weight"] = E, W_out_t
+        state[_weight_name(out, out.get_input_embeddings())] = E
+        state[_weight_name(out, out.get_output_embeddings())] = W_out_t
     elif isinstance(model, PitForCausalLM):
         c = model.config
         out = CohereForCausalLM(
@@ -76,14 +76,40 @@ def export_untied(model: PreTrainedModel) -> PreTrainedModel:
     return out.eval()
 
 
+def _copy_tokenizer(src: str | Path, dst: Path) -> None:
+    """The tokenizer files of a local folder `src`, or of a hub id's tokenizer when transformers finds one."""
+    if Path(src).is_dir():
+        for f in Path(src).iterdir():
+            if f.name.startswith(TOKENIZER_FILES):
+                (dst / f.name).write_bytes(f.read_bytes())
+        return
+    from transformers import AutoTokenizer
+
+    with contextlib.suppress(OSError, ValueError):  # a model without a tokenizer of its own: the caller brings one
+        AutoTokenizer.from_pretrained(src).save_pretrained(dst)
+
+
+def convert_checkpoint(
+    src: str, dst: str | Path, interface: InterfaceConfig, force: bool = False
+) -> tuple[PreTrainedModel, PreTrainedModel]:
+    """`pit convert`: load the causal LM `src` (folder or hub id; pit.models.any_model.load_teacher), convert it to
+    `interface` (`convert_teacher`) and save it to the folder `dst` atomically, with its tokenizer and model card.
+    Returns (source, converted)."""
+    source = load_teacher(src)
+    model = convert_teacher(source, interface)
+    with atomic_path(dst, replace_any=force) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        write_model_card(model, tmp)
+        _copy_tokenizer(src, tmp)
+    return source, model
+
+
 def export_checkpoint(src: str | Path, dst: str | Path, force: bool = False) -> tuple[PreTrainedModel, PreTrainedModel]:
     """Export the checkpoint `src` to the folder `dst` (atomically), with its tokenizer files; `force` replaces a
     folder `dst` of another kind (see pit.io.atomic_path)."""
     model = load_model(src)
     exported = export_untied(model)
-    tokenizer_files = [f for f in Path(src).iterdir() if f.name.startswith(TOKENIZER_FILES)]
     with atomic_path(dst, replace_any=force) as tmp:
         exported.save_pretrained(tmp, safe_serialization=True)
-        for f in tokenizer_files:
-            (tmp / f.name).write_bytes(f.read_bytes())
+        _copy_tokenizer(src, tmp)
     return model, exported
