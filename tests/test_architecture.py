@@ -14,6 +14,7 @@ PIT = ROOT / "pit"
 LAYERS = {
     "pit.errors": 0,
     "pit.checkout": 1,  # which checkout runs: stdlib only
+    "pit.progress": 1,  # tqdm, or plain lines in a log
     "pit.io": 1,  # io may raise PitError; it shares layer 1 with core, and neither imports the other
     "pit.core": 1,
     "pit.models": 2,
@@ -23,6 +24,7 @@ LAYERS = {
     "pit.evaluation": 3,
     "pit.training": 4,
     "pit.reporting": 5,
+    "pit.pipeline": 5,  # the workflow's library: config, profile, layout, specs (imports pit.training.args)
     "pit.commands": 6,
     "pit": 7,
     "pit.__main__": 7,

@@ -2,13 +2,11 @@
 another model, an unreachable MLflow store, bad config files, conflicting config values. Each is refused before
 any work, with one line naming it; valid input is unchanged (an int where a float is expected stays as given).
 
-The schema test checks that the config schema and the run-argument dataclasses hold the same types, bounds and
-choices for every key a profile may set (pit/training/args.py is where they live).
+The config schema takes its run-setting properties from the run-argument dataclasses (tests/test_settings.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import re
@@ -18,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from helpers import ROOT, STDLIB_CORPUS, snakemake, write_config
 from safetensors.torch import load_file, save_file
 
@@ -193,59 +190,6 @@ def test_valid_specs_are_kept_as_given():
     args = PretrainArgs.from_dict(train_spec(transform_lr_scale=1, lr=1, min_lr=0))
     assert (args.transform_lr_scale, args.lr) == (1, 1) and type(args.lr) is int  # fingerprints unchanged
     assert LoraArgs.from_dict({"base": "b", "task": "mbpp", "alpha": 16}).alpha == 16
-
-
-SCHEMA_BOUNDS = {"minimum": "ge", "exclusiveMinimum": "gt", "maximum": "le", "exclusiveMaximum": "lt"}
-SCHEMA_TYPES = {"integer": int, "number": float, "boolean": bool, "string": str, "object": dict}
-# Fields the workflow sets itself (common.smk train_spec / stand_in_spec / lora_spec) or that only the
-# command line gives (--threads, tests' stop_after_steps): not profile keys.
-NOT_PROFILE_KEYS = {
-    "train": {"mode", "model", "train_data", "val_data", "tokenizer", "interface", "seq_len", "run_name", "tags"}
-    | {"mlflow", "threads", "stop_after_steps"},
-    "lora": {"base", "task", "source", "val_data", "side_effect_seq_len", "run_name", "tags", "mlflow", "threads"}
-    | {"stop_after_steps", "frontier_lrs", "frontier_eval_limit"},  # posttrain.frontier_lrs, posttrain.evaluate.limit
-}
-
-
-def schema_rules(prop: dict) -> dict:
-    """A schema property as (type, optional, bounds, choices), in the dataclass metadata's terms."""
-    kinds = prop["type"] if isinstance(prop.get("type"), list) else [prop.get("type")]
-    optional = "null" in kinds
-    kinds = [k for k in kinds if k != "null"]
-    rules = {SCHEMA_BOUNDS[k]: v for k, v in prop.items() if k in SCHEMA_BOUNDS}
-    if "enum" in prop:
-        rules["choices"] = tuple(prop["enum"])
-        return {"type": str, "optional": optional, **rules}
-    (kind,) = kinds
-    return {"type": SCHEMA_TYPES[kind], "optional": optional, **rules}
-
-
-def field_rules(cls, f: dataclasses.Field) -> dict:
-    from pit.training.args import field_type
-
-    kind, optional = field_type(cls, f.name)
-    return {"type": kind, "optional": optional, **dict(f.metadata)}
-
-
-@pytest.mark.parametrize(
-    ("cls", "section"),
-    [(PretrainArgs, ("$defs", "train_settings", "properties")), (LoraArgs, ("$defs", "posttrain", "properties"))],
-)
-def test_config_schema_and_run_arguments_agree(cls, section):
-    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
-    props = schema
-    for key in section:
-        props = props[key]
-    kind = "train" if cls is PretrainArgs else "lora"
-    if kind == "lora":
-        props = props["lora"]["properties"]
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    assert set(props) == set(fields) - NOT_PROFILE_KEYS[kind]  # every profile key is a field, and the reverse
-    for name, prop in props.items():
-        if name == "targets":  # an object of lists; its content is checked by LoraArgs.checks
-            assert prop["type"] == "object" and field_rules(cls, fields[name])["type"] is dict
-            continue
-        assert schema_rules(prop) == field_rules(cls, fields[name]), name
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

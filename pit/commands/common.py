@@ -1,5 +1,5 @@
-"""What every command module shares: reading a `--spec` (a JSON object, or a file holding one) and letting
-explicit flags override its keys."""
+"""What every command module shares: reading a `--spec` (a JSON object, or a file holding one) or a `--config`
+(a YAML or JSON mapping), and letting explicit flags override its keys."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pit.errors import PitError
+from pit.errors import PitError, yaml_error_text
 
 
 def _read_file(value: str, flag: str, what: str) -> str:
@@ -40,28 +40,24 @@ def read_spec(value: str | None, flag: str = "--spec") -> dict[str, Any]:
     return spec
 
 
-def read_config(value: str, flag: str = "--config") -> dict[str, Any]:
-    """The pipeline config given inline as a JSON object (`{...}`) or as the path of a YAML or JSON file; a
-    missing file, a syntax error (with its line and column) or a value that is not a mapping is one PitError."""
+def read_config(value: str, flag: str = "--config", what: str = "the pipeline config", loader=None) -> dict[str, Any]:
+    """A mapping given inline as a JSON object (`{...}`) or as the path of a YAML or JSON file; a missing file, a
+    syntax error (with its line and column) or a value that is not a mapping is one PitError."""
     import yaml
 
     inline = value.lstrip().startswith("{")
-    text = value if inline else _read_file(value, flag, "the pipeline config (a JSON object, or a YAML/JSON file)")
+    text = value if inline else _read_file(value, flag, f"{what} (a JSON object, or a YAML/JSON file)")
     shown = "the inline JSON" if inline else repr(value)
     try:
-        config = json.loads(text) if inline else yaml.safe_load(text)
+        config = json.loads(text) if inline else yaml.load(text, Loader=loader or yaml.SafeLoader)
     except json.JSONDecodeError as err:
         raise PitError(f"{flag} {shown}: not valid JSON ({err}); expected a JSON object") from None
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark is not None else ""
-        problem = getattr(err, "problem", None) or " ".join(str(err).split())
-        context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
-        if context and start is not None:
-            problem += f" ({context} at line {start.line + 1})"
+        mark, problem = yaml_error_text(err)
+        where = f" line {mark[0]}, column {mark[1]}:" if mark else ""
         raise PitError(f"{flag} {shown}:{where} YAML syntax error: {problem}") from None
     if not isinstance(config, dict):
-        raise PitError(f"{flag} {shown}: expected a mapping (the pipeline config), got {type(config).__name__}")
+        raise PitError(f"{flag} {shown}: expected a mapping ({what}), got {type(config).__name__}")
     return config
 
 
@@ -104,25 +100,3 @@ def add_spec_argument(parser: argparse.ArgumentParser, keys: str) -> None:
     parser.add_argument(
         "--spec", default=None, help=f"settings as a JSON object or a JSON file (keys: {keys}); explicit flags win"
     )
-
-
-def add_run_arguments(p: argparse.ArgumentParser, what: str) -> None:
-    """--spec / --spec-file, --out, --threads, --overwrite: the arguments of every training command."""
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--spec", help=f"the run settings ({what}) as a JSON object or the path of a JSON file")
-    src.add_argument("--spec-file", help="the run settings as a JSON file (same as --spec FILE)")
-    p.add_argument("--out", required=True, help="run folder")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (overrides the spec)")
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace a finished run with other settings in --out (the old result stays until the new one is "
-        "complete); without it such a folder is refused, and one that holds this run finished is left as it is",
-    )
-
-
-def run_spec(args: argparse.Namespace) -> dict:
-    spec = read_spec(args.spec_file or args.spec, "--spec-file" if args.spec_file else "--spec")
-    if args.threads is not None:
-        spec["threads"] = args.threads
-    return spec

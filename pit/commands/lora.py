@@ -1,7 +1,11 @@
 """`pit lora train|merge`: LoRA post-training (pit/training/lora.py).
 
-pit lora train --spec lora.json --out results/posttrain/scratch/303m/pit/mbpp
+pit lora train --config lora.yaml --out results/posttrain/scratch/303m/pit/mbpp
+pit lora train --config lora.yaml --set rank=16 --print-config   # the settings a run would use
 pit lora merge --base CKPT --adapter ADAPTER_DIR --out MERGED_DIR
+
+`pit lora train` takes its settings (every field of pit.training.args.LoraArgs, listed by
+`pit lora train --help`) as `pit train` does: --config FILE (or --spec), --set KEY=VALUE, --print-config.
 """
 
 from __future__ import annotations
@@ -11,25 +15,26 @@ import logging
 import sys
 from pathlib import Path
 
-from pit.commands.common import add_run_arguments, run_spec
+from pit.commands.run_settings import add_run_arguments, module_doc, print_config, run_settings
 from pit.commands.train import run_training
-from pit.io import atomic_path
-from pit.models.checkpoint import write_model_card
-from pit.training import lora
 from pit.training.args import LoraArgs
 
 log = logging.getLogger("pit.lora")
 
 
 def run_train(args: argparse.Namespace) -> int:
-    settings = LoraArgs.from_dict(run_spec(args))  # bad settings are one error line, before the notice below
+    settings = run_settings(args, LoraArgs)  # bad settings are one error line, before the notice below
+    if args.print_config:
+        return print_config(settings)
     if settings.source == "offline":  # MBPP / GSM8K offline = the seeded stand-ins (pit/evaluation/standins.py)
         print(
             f"pit lora train: task {settings.task}: training on offline STAND-IN data (seeded records with the "
             "real data set's fields; source 'offline', the default, reads no hub data): not the paper's training set",
             file=sys.stderr,
         )
-    rc = run_training(args, LoraArgs, lora.train_lora, lora.summary_line)
+    from pit.training import lora  # torch, transformers, peft: after the settings are checked
+
+    rc = run_training(args, settings, lora.train_lora, lora.summary_line)
     out = Path(args.out)
     if settings.frontier_lrs and (out / "summary.json").is_file() and not (out / "frontier.json").is_file():
         from pit.training.frontier import frontier  # a finished run's LoRA at more learning rates
@@ -43,6 +48,10 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_merge(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
+
+    from pit.io import atomic_path
+    from pit.models.checkpoint import write_model_card
+    from pit.training import lora
 
     merged = lora.merge_adapter(args.base, args.adapter)
     with atomic_path(args.out) as tmp:
@@ -60,12 +69,12 @@ def register(sub) -> None:
     p = sub.add_parser(
         "lora",
         help="LoRA post-training of a pretrained checkpoint (peft); merge adapters",
-        description=f"{__doc__}\n{lora.__doc__}",
+        description=f"{__doc__}\n{module_doc('pit.training.lora')}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cmds = p.add_subparsers(dest="lora_command", required=True)
     t = cmds.add_parser("train", help="one LoRA run (resumes from the run folder's latest checkpoint)")
-    add_run_arguments(t, "the fields of pit.training.args.LoraArgs")
+    add_run_arguments(t, LoraArgs)
     t.set_defaults(func=run_train)
     m = cmds.add_parser("merge", help="merge a saved adapter into the base it was trained on")
     m.add_argument("--base", required=True, help="base checkpoint folder")

@@ -25,10 +25,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
 from pit.errors import PitError
 from pit.io import atomic_path, sha256_file, write_json
+from pit.progress import progress_bar
 
 STDLIB = "@stdlib"  # glob prefix: the running interpreter's standard library folder
 COMMON_KEYS = {"name", "source", "max_documents", "max_bytes", "val_fraction", "seed", "shard_documents"}
@@ -205,7 +205,7 @@ def download(spec: dict[str, Any], manifest_path: str | os.PathLike) -> dict[str
 def _download_chunks(spec: dict[str, Any], stream, folder: Path, progress: dict[str, Any]) -> None:
     text_field = spec["text_field"] if spec["source"] == "hub" else "text"
     max_docs, max_bytes = spec["max_documents"], spec["max_bytes"]
-    bar = tqdm(total=max_docs, initial=progress["documents"], unit="doc", desc=f"download {spec['name']}")
+    bar = progress_bar(total=max_docs, initial=progress["documents"], unit="doc", desc=f"download {spec['name']}")
     rows: list[dict[str, Any]] = []
 
     def budget_left() -> bool:

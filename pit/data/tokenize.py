@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from pit.data.download import iter_text_batches, read_manifest
 from pit.data.tokenizers import load_tokenizer, tiktoken_encoding
 from pit.errors import PitError
 from pit.io import atomic_path, write_json
+from pit.progress import progress_bar
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -172,7 +172,7 @@ def tokenize_split(
     # Fork before anything starts threads (tqdm, Parquet reads); workers load their own tokenizer.
     use_pool = encoding is None and workers > 1
     pool = multiprocessing.get_context("fork").Pool(workers, _init_worker, init_args) if use_pool else None
-    bar = tqdm(total=manifest["splits"][split], unit="doc", desc=f"tokenize {split} with {meta['name']}")
+    bar = progress_bar(total=manifest["splits"][split], unit="doc", desc=f"tokenize {split} with {meta['name']}")
     try:
         if encoding is not None:
             results = _tiktoken_batches(encoding, batches, workers, meta["eos_id"], dtype)

@@ -82,7 +82,8 @@ def generate(
     is ours ("text"): transformers' `stop_strings` gives the same completions on the evaluation problems and was
     slower here (it scans the vocabulary to set up, then does more work per step; benchmarks/RESULTS.md)."""
     import torch
-    from tqdm import tqdm
+
+    from pit.progress import progress_bar
 
     tokenizer.padding_side = tokenizer.truncation_side = "left"
     if tokenizer.pad_token is None:
@@ -97,7 +98,7 @@ def generate(
     )
     criteria = stop_criteria(tokenizer, stops, stop_with)
     completions = []
-    for b in tqdm(range(0, len(prompts), batch_size), desc="generate", disable=not progress):
+    for b in progress_bar(range(0, len(prompts), batch_size), desc="generate", disable=not progress):
         batch = tokenizer(
             prompts[b : b + batch_size],
             return_tensors="pt",

@@ -210,14 +210,14 @@ def run_many(
     mode: str | None = None,
 ) -> list[Result]:
     """Run programs `workers` at a time, each worker slot with its own uid; results in input order."""
-    from tqdm import tqdm
+    from pit.progress import progress_bar
 
     if not 1 <= workers <= 16:  # sandbox_uid gives each evaluator process 16 uids
         raise PitError(f"workers = {workers}: expected 1 to 16")
     sandbox_mode()  # decide (and warn) once, before the threads start
     _cgroup_bases()
     slots = list(range(workers))
-    bar = tqdm(total=len(programs), desc="sandbox", disable=not progress)
+    bar = progress_bar(total=len(programs), desc="sandbox", disable=not progress)
 
     def work(index: int) -> Result:
         slot = slots.pop()  # list.pop/append are atomic: each running sample holds one slot

@@ -2,25 +2,27 @@
 config's `pretrain.train` and `posttrain.lora` sections are these fields; `from_dict` rejects unknown and
 missing keys, and every value is checked when the object is made, before any work.
 
-Each field's type is its annotation and its bounds are its metadata (`arg(default, ge=..., gt=..., lt=...,
-choices=...)`): this is the one place they live. The workflow's config schema
-(workflow/schemas/config.schema.yaml) repeats them for the keys a profile may set, and
-tests/test_bad_inputs.py checks that every such key has the same type, bounds and choices here and there;
-the workflow also builds these objects from every resolved spec when it reads the config
-(workflow/rules/common.smk), so the checks across fields run there too."""
+Each field's type is its annotation, its bounds are its metadata (`arg(default, ge=..., gt=..., lt=...,
+choices=...)`) and its help is the docstring under it: this is the one place they live. `pit train --help`
+lists them (`field_docs`, `bounds_text`), and the workflow's config schema takes its `train_settings` and
+`posttrain.lora` properties from them (`profile_schema`, used by pit/pipeline/config.py); the workflow also
+builds these objects from every resolved spec when it reads the config (pit/pipeline/specs.py), so the checks
+across fields run there too. Importing this module imports no torch (the help path stays fast)."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 import hashlib
 import json
 import math
 import operator
+import sys
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from pit.core.interfaces import InterfaceConfig
 from pit.errors import PitError, config_from_dict
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -34,6 +36,8 @@ TYPE_WORDS = {
     dict: "an object",
     list: "an array",
 }
+JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", dict: "object", list: "array"}
+SCHEMA_BOUNDS = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "exclusiveMaximum"}
 
 
 class ArgsError(PitError):
@@ -120,6 +124,56 @@ def check_field(label: str, cls, f: dataclasses.Field, value) -> None:
         raise ArgsError(f"{label}: {f.name} {shown}; expected {bounds_text(meta, kind)}", (f.name,))
 
 
+@functools.cache
+def _class_docs(path: str) -> dict[str, dict[str, str]]:
+    """class name -> {field: docstring} of a module's source: the string literal right after an annotated
+    assignment (Python keeps no attribute docstrings at run time, so they are read with ast, without importing)."""
+    docs = {}
+    for node in ast.parse(Path(path).read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ClassDef):
+            docs[node.name] = {
+                a.target.id: " ".join(b.value.value.split())
+                for a, b in zip(node.body, node.body[1:])
+                if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr)
+                and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)
+            }  # fmt: skip
+    return docs
+
+
+def field_docs(cls) -> dict[str, str]:
+    """{field: its docstring} of a dataclass; a field a subclass redefines without one keeps its base's."""
+    docs = {}
+    for base in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(base):
+            docs.update(_class_docs(sys.modules[base.__module__].__file__).get(base.__name__, {}))
+    return docs
+
+
+def field_default(f: dataclasses.Field):
+    """A field's default value (a fresh one from its factory), or dataclasses.MISSING for a required field."""
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def schema_property(cls, f: dataclasses.Field) -> dict:
+    """A field as a JSON-schema property: its type (`[type, "null"]` when optional) or its choices (`enum`), bounds
+    as minimum / exclusiveMinimum / maximum / exclusiveMaximum, and its docstring as the description."""
+    kind, optional = field_type(cls, f.name)
+    meta = dict(f.metadata)
+    if "choices" in meta:
+        prop = {"enum": [*meta["choices"], *([None] if optional else [])]}
+    else:
+        prop = {"type": [JSON_TYPES[kind], "null"] if optional else JSON_TYPES[kind]}
+    prop.update({SCHEMA_BOUNDS[k]: v for k, v in meta.items() if k in SCHEMA_BOUNDS})
+    prop["description"] = field_docs(cls).get(f.name, "")
+    return prop
+
+
+def profile_schema(cls) -> dict:
+    """The JSON-schema properties of the fields a workflow profile may set: every field but `cls.not_profile_keys`
+    (those the workflow sets itself, or that only the command line gives)."""
+    return {f.name: schema_property(cls, f) for f in dataclasses.fields(cls) if f.name not in cls.not_profile_keys}
+
+
 WARMUP_CAP = 10  # the default warmup, in steps, of runs of 100 steps or more
 
 
@@ -194,6 +248,8 @@ class RunArgs:
 
     label = "run config"  # the prefix of every error message about these arguments (class attributes, not fields)
     fingerprint_excludes = ("threads", "stop_after_steps", "run_name", "tags", "mlflow")  # not the trajectory
+    # fields no profile sets: the workflow sets them for each run (pit/pipeline/specs.py), or only the command line
+    not_profile_keys = ("run_name", "tags", "mlflow", "threads", "stop_after_steps")
 
     def checks(self) -> list[tuple[bool, str, tuple[str, ...]]]:
         """(condition, message, fields) across fields, after each field's own type and bounds; each message names
@@ -255,7 +311,8 @@ class PretrainArgs(RunArgs):
     tokenizer: str
     """Tokenizer folder, copied into the final checkpoint."""
     interface: dict = arg(factory=dict)
-    """The token interface (pit.core.interfaces.InterfaceConfig as a dict)."""
+    """The token interface (pit.core.interfaces.InterfaceConfig as a dict, docs/models.md): kind (pit | tt | untied),
+    trainable_z, t_init, diag_clamp, retraction_eps, init_std, t_power, t_scale; one key: `--set interface.kind=tt`."""
     global_batch_tokens: int = arg(4096, ge=1)
     """Tokens per optimizer step over all ranks; a multiple of micro_batch_size x seq_len x world size."""
     micro_batch_size: int = arg(8, ge=1)
@@ -294,6 +351,9 @@ class PretrainArgs(RunArgs):
     divergence is the outcome measured)."""
 
     label = "train config"
+    not_profile_keys = RunArgs.not_profile_keys + (
+        "mode", "model", "train_data", "val_data", "tokenizer", "interface", "seq_len",
+    )  # fmt: skip
     fingerprint_excludes = RunArgs.fingerprint_excludes + (
         "log_every", "compile", "max_skipped_fraction", "allow_divergence",
     )  # fmt: skip
@@ -311,6 +371,8 @@ class PretrainArgs(RunArgs):
         ]
 
     def __post_init__(self):
+        from pit.core.interfaces import InterfaceConfig  # torch: not on the path of `pit train --help`
+
         super().__post_init__()
         try:
             InterfaceConfig.from_dict(self.interface)
@@ -378,6 +440,10 @@ class LoraArgs(RunArgs):
     """The first N problems of the task's test split the frontier's gains are measured on (None: all)."""
 
     label = "lora config"
+    not_profile_keys = RunArgs.not_profile_keys + (
+        "base", "task", "source", "val_data", "side_effect_seq_len",
+        "frontier_lrs", "frontier_eval_limit",  # posttrain.frontier_lrs, posttrain.evaluate.limit
+    )  # fmt: skip
     fingerprint_excludes = RunArgs.fingerprint_excludes + (
         "checkpoint_every",
         "keep_checkpoints",

@@ -22,7 +22,6 @@ import math
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from pit.core.linalg import cpu_threads
 from pit.errors import PitError
@@ -30,6 +29,7 @@ from pit.evaluation.likelihood import reference_nll
 from pit.evaluation.tasks import load_task
 from pit.io import write_json
 from pit.models.checkpoint import load_model
+from pit.progress import progress_bar
 from pit.training.args import LoraArgs
 from pit.training.lora import LoraRun, load_data, merged_model, train_step, wrap
 from pit.training.objective import NextTokenLoss
@@ -63,7 +63,7 @@ def train_in_memory(args: LoraArgs, data: tuple, device) -> torch.nn.Module:
         val=None, trainable=trainable, kind=model.get_base_model().interface_config.kind, params={},
     )  # fmt: skip
     step_loss = NextTokenLoss(model.get_base_model())
-    losses = [train_step(run, step_loss, s)["loss"] for s in tqdm(range(args.max_steps), desc=run.run_name)]
+    losses = [train_step(run, step_loss, s)["loss"] for s in progress_bar(range(args.max_steps), desc=run.run_name)]
     merged = merged_model(model)
     merged.final_train_loss = sum(losses[-5:]) / len(losses[-5:])
     return merged.eval()

@@ -28,19 +28,22 @@ import dataclasses
 import hashlib
 import json
 import time
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from pit.core.linalg import cpu_threads
 from pit.data.reader import TokenFile
 from pit.errors import PitError
 from pit.evaluation.tasks import load_task
 from pit.io import atomic_path, sha256_file, write_json
+from pit.models.any_model import family
 from pit.models.checkpoint import load_model, save_pretrained_atomic
+from pit.progress import progress_bar
 from pit.tracking.tracker import FINAL_KEYS, Tracker
 from pit.training.args import LoraArgs
 from pit.training.objective import NextTokenLoss
@@ -110,30 +113,46 @@ def interface_parameters(model) -> dict[str, torch.nn.Parameter]:
     return params
 
 
+def lora_targets(model_type: str, configured: dict) -> list[str]:
+    """The modules LoRA adapts: the config's `targets` entry for the model_type, else the family's attention
+    projections (pit.models.any_model.FAMILIES: `q_proj k_proj v_proj o_proj` for Llama-like blocks, GPT-NeoX
+    `query_key_value dense`, Phi-3 `qkv_proj o_proj`, GPT-2 `c_attn c_proj`)."""
+    if model_type in configured:
+        return list(configured[model_type])
+    if model_type.startswith("pit_") and model_type != "pit_scratch":
+        return list(family(model_type).lora_targets)
+    raise PitError(f"lora config: no target modules for model_type {model_type!r}; `targets` has {sorted(configured)}")
+
+
+@contextmanager
+def peft_wrapping():
+    """peft asks a model for transformers' deprecated `is_gradient_checkpointing` when it wraps it (a FutureWarning
+    per LoRA run in every job log): not our call, so only that warning is silenced, only while peft wraps."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
+
+
 def wrap(model, cfg: LoraArgs):
     """The base model with LoRA adapters on the family's target modules (peft), all else frozen."""
     from peft import LoraConfig, get_peft_model
 
     model_type = model.config.model_type
-    if model_type not in cfg.targets:
-        raise PitError(
-            f"lora config: no target modules for model_type {model_type!r}; `targets` has {sorted(cfg.targets)}"
-        )
+    targets = lora_targets(model_type, cfg.targets)
     lora = LoraConfig(
         r=cfg.rank,
         lora_alpha=cfg.alpha,
         lora_dropout=cfg.dropout,
-        target_modules=cfg.targets[model_type],
+        target_modules=targets,
         bias="none",
         task_type="CAUSAL_LM",
         fan_in_fan_out=model_type == "pit_gpt2",
     )
     try:
-        peft_model = get_peft_model(model, lora)
+        with peft_wrapping():
+            peft_model = get_peft_model(model, lora)
     except ValueError as err:
-        raise PitError(
-            f"lora config: target modules {cfg.targets[model_type]} do not fit {model_type}: {err}"
-        ) from None
+        raise PitError(f"lora config: target modules {targets} do not fit {model_type}: {err}") from None
     if cfg.train_interface:
         for p in interface_parameters(model).values():
             p.requires_grad_(True)
@@ -198,7 +217,8 @@ def merge_adapter(base_path: str | Path, adapter: str | Path):
             "merge it into the base it was trained on"
         )
     base = load_model(base_path)
-    model = PeftModel.from_pretrained(base, adapter)
+    with peft_wrapping():
+        model = PeftModel.from_pretrained(base, adapter)
     if meta.get("train_interface"):
         state = load_file(adapter / "interface.safetensors")
         params = interface_parameters(base)
@@ -361,7 +381,7 @@ def fit(run: LoraRun) -> bool:
     step_loss = NextTokenLoss(run.model.get_base_model())  # peft's LoRA layers sit inside the base model's modules
     last_step = args.max_steps if args.stop_after_steps is None else min(args.max_steps, args.stop_after_steps)
     metrics = MetricsLog(run.folder.metrics_path, run.tracker, METRIC_KEYS, every=None)
-    for step in tqdm(
+    for step in progress_bar(
         range(run.start_step, last_step),
         initial=run.start_step,
         total=args.max_steps,

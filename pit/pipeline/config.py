@@ -1,0 +1,163 @@
+"""Reading and validating a profile (docs/workflow.md, "Configuration"): YAML syntax errors with their file, line
+and column; the schema, workflow/schemas/config.schema.yaml with the run settings' properties generated from the
+dataclass fields of pit/training/args.py (one source of truth for their types, bounds and help); and every bad
+key or value as one line `FILE:LINE: invalid config at KEY: what is wrong`, the line found in the config files.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from pit.errors import PitError, yaml_error_text
+from pit.pipeline.profile import Profile
+
+SCHEMA_PATH = Path("workflow", "schemas", "config.schema.yaml")  # in a checkout; the workflow passes its own
+PACKAGE_CHECKOUT = Path(__file__).resolve().parents[2]  # the clone this package was installed from (pip install -e)
+
+
+def shown(path) -> str:
+    """A path as the user would type it: relative to the working directory when it lies below it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def read_profile(path) -> dict:
+    """A profile file as PyYAML reads it (Snakemake's loader); a missing file, a YAML syntax error (`FILE:LINE:
+    COLUMN: ...`, which Snakemake's own message does not name) or a file that is not a mapping is one PitError."""
+    import yaml
+
+    try:
+        config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark, problem = yaml_error_text(err)
+        where = f":{mark[0]}:{mark[1]}" if mark else ""
+        raise PitError(f"{shown(path)}{where}: YAML syntax error in the config: {problem}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise PitError(f"config file {shown(path)}: {getattr(err, 'strerror', None) or err}") from None
+    if not isinstance(config, dict):
+        raise PitError(f"config file {shown(path)}: expected a mapping of profile keys, got {type(config).__name__}")
+    return config
+
+
+def merge(base: dict, overlay: dict) -> dict:
+    """`overlay` merged into `base` key by key, as Snakemake merges several --configfile files in order."""
+    out = dict(base)
+    for key, value in overlay.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merge(out[key], value) if both else value
+    return out
+
+
+def key_line(node, keys) -> tuple[int, bool]:
+    """(0-based line of the deepest key on the path `keys` in a YAML node tree, whether the whole path is there)."""
+    import yaml
+
+    line = node.start_mark.line
+    for key in keys:
+        if isinstance(node, yaml.MappingNode):
+            item = next(((k, v) for k, v in node.value if k.value == str(key)), None)
+            node, mark = (item[1], item[0].start_mark) if item else (None, None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            mark = node.start_mark
+        else:
+            node = None
+        if node is None:
+            return line, False
+        line = mark.line
+    return line, True
+
+
+def config_line(files: list, keys: list) -> str:
+    """'FILE:LINE' of the config key at `keys` (keys and list indices) in the last config file that sets it, else
+    of its nearest parent; '' when no config file has either (e.g. a value given with Snakemake's --config)."""
+    import yaml
+
+    exact = parent = ""
+    for path in files:
+        try:
+            root = yaml.compose(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        if root is not None:
+            line, whole = key_line(root, keys)
+            if whole:
+                exact = f"{shown(path)}:{line + 1}"
+            else:
+                parent = f"{shown(path)}:{line + 1}"
+    return exact or parent
+
+
+def config_error(files: list, keys: list, message: str) -> PitError:
+    """The one error line, as a compiler prints one: `FILE:LINE: invalid config at KEY: what is wrong`."""
+    where = ".".join(str(k) for k in keys) or "(top level)"
+    line = config_line(files, keys)
+    return PitError((f"{line}: " if line else "") + f"invalid config at {where}: {message}")
+
+
+@functools.cache
+def _schema_text(path: Path) -> str:
+    if not path.is_file():
+        raise PitError(f"the config schema {path} is not there: install `pit` from a checkout (pip install -e .)")
+    return path.read_text(encoding="utf-8")
+
+
+def schema(checkout=PACKAGE_CHECKOUT) -> dict:
+    """The profile's JSON schema: the checkout's file, with the properties of `train_settings` and `posttrain.lora`
+    generated from PretrainArgs and LoraArgs (the keys a profile may set; types, bounds, choices, descriptions)."""
+    import yaml
+
+    from pit.training.args import LoraArgs, PretrainArgs, profile_schema
+
+    doc = yaml.safe_load(_schema_text(Path(checkout, SCHEMA_PATH)))
+    doc["$defs"]["train_settings"]["properties"] = profile_schema(PretrainArgs)
+    doc["$defs"]["posttrain"]["properties"]["lora"]["properties"] = profile_schema(LoraArgs)
+    return doc
+
+
+def schema_problem(config: dict, checkout=PACKAGE_CHECKOUT) -> tuple[list, str] | None:
+    """(keys, message) of the schema's most relevant error (jsonschema's best match), else None."""
+    import jsonschema
+
+    s = schema(checkout)
+    try:
+        jsonschema.validators.validator_for(s)(s).validate(config)
+    except jsonschema.ValidationError as err:
+        return list(err.absolute_path), err.message
+    return None
+
+
+def load_profile(config: dict, files: list, checkout=PACKAGE_CHECKOUT) -> Profile:
+    """The checked profile of a config Snakemake read from `files`: the schema (of `checkout`), then the checks
+    across keys; the first problem is a PitError, one line naming its file, line and key."""
+    problem = schema_problem(config, checkout)
+    if problem is None:
+        profile = Profile(config)
+        problem = next(iter(profile.problems()), None)
+    if problem is not None:
+        raise config_error(files, *problem)
+    return profile
+
+
+def check_run_specs(profile: Profile, files: list) -> None:
+    """Every resolved run spec built into pit's run arguments (pit/pipeline/specs.py); the first refused one is a
+    PitError naming the config key that set the bad value."""
+    from pit.pipeline.specs import run_spec_problem
+
+    problem = run_spec_problem(profile)
+    if problem is not None:
+        raise config_error(files, *problem)
+
+
+def check_files(paths: list) -> Profile:
+    """`pit config check FILE...`: the files merged in order (as `snakemake --configfile FILE...` merges them),
+    then every check the workflow makes when it reads its config; the first problem is one PitError line."""
+    config = {}
+    for path in paths:
+        config = merge(config, read_profile(path))
+    profile = load_profile(config, paths)
+    check_run_specs(profile, paths)
+    return profile

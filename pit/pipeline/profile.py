@@ -1,0 +1,219 @@
+"""A validated profile's names, arms, seeds and runs (docs/workflow.md), and the checks across keys that the
+schema cannot express. The workflow, the report and `pit config check` read a profile through this one class."""
+
+from __future__ import annotations
+
+from pit.pipeline.layout import (
+    diagnostics_file,
+    final_model,
+    lora_file,
+    run_file,
+    stand_in_file,
+    table_stem,
+    token_file,
+    tokenizer_dir,
+)
+
+SPLITS = ["train", "val"]
+LOSS_FIGURES = {"3": "scratch", "4": "teacher"}  # Figure number -> the mode whose loss curves it shows
+CLAIM_GROUPS = ["interface", "training", "stability", "layerwise", "side_effects", "posttrain"]  # a figure each
+TABLES = ["claims", "table1", "table2", "table3", "table4_scores", "table4_side_effects"]  # claims: a verdict each
+ROLES = ("stand_in", "teacher", "scratch")  # whose data a run reads (pretrain.domains)
+ARM_KEYS = ("train", "seeds")  # the keys of an arm entry that are not `interface` overrides
+
+
+def arm_kind(arm: str) -> str:
+    """The interface kind of an arm: its name up to the first '-' (pit-head -> pit, tt-norewarm -> tt)."""
+    return arm.split("-", 1)[0]
+
+
+def mode_arms(interfaces: list[str], entries: dict) -> list[str]:
+    """The arms of a mode's slots in their order: each of `interfaces`, then right after it the mode's extra arms
+    (entries of `<mode>_arms` not named like an interface) of its kind."""
+    extra = [a for a in entries if a not in interfaces]
+    return [a for i in interfaces for a in [i, *(x for x in extra if arm_kind(x) == i)]]
+
+
+class Profile:
+    """The names of a schema-valid config (config: the mapping Snakemake read)."""
+
+    def __init__(self, config: dict):
+        self.config = config
+        self.name = config["profile"]
+        self.corpus = config["corpus"]["name"]
+        self.tokenizers = sorted(config["tokenizers"])
+        self.pretrain, self.post = config["pretrain"], config["posttrain"]
+        self.teacher_slots = list(self.pretrain["teacher_slots"])
+        self.scratch_slots = list(self.pretrain["scratch_slots"])
+        self.stand_in_slots = [s for s in self.teacher_slots if "stand_in" in self.pretrain["teacher_slots"][s]]
+        self.interfaces = list(self.pretrain["interfaces"])
+        self.modes = {"teacher": self.teacher_slots, "scratch": self.scratch_slots}
+        # more arms of each mode's slots: name -> {`interface` overrides (PIT arms), train, seeds}; an entry named
+        # like an arm of `interfaces` (pit, tt, untied) sets only that arm's train and seeds
+        self.arm_entries = {mode: self.pretrain.get(f"{mode}_arms", {}) for mode in self.modes}
+        self.mode_arms = {mode: mode_arms(self.interfaces, self.arm_entries[mode]) for mode in self.modes}
+        self.arms = list(dict.fromkeys(self.mode_arms["teacher"] + self.mode_arms["scratch"]))
+        self.post_arms = self.post.get("interfaces", self.arms)  # the pretraining arms that get LoRA
+        self.lora_tasks = list(self.post["tasks"])  # LoRA task -> its out-of-domain evaluation tasks
+        self.frontier_lrs = self.post.get("frontier_lrs", [])  # more LoRA learning rates: the side-effect frontier
+        self.seeds = [str(s) for s in config.get("seeds", [])]  # seeds of every arm; none: one run per arm
+        self.domains = config["corpus"].get("domains", {})  # named parts of a local corpus, by document path
+        self.data_roles = self.pretrain.get("domains", {})  # role -> the domain its runs read (none: all)
+        self.tables = TABLES + (["stability", "teacher_gap", "frontier"] if self.seeds else [])  # + the study's
+        self.study_figures = ["study_frontier", "study_teacher_gap"] if self.seeds else []  # pit figure claims --study
+        self.figures = [
+            *(f"figure{n}_{mode}_loss" for n, mode in LOSS_FIGURES.items()),
+            "interface_drift",
+            "figure2_transition",
+            "side_effects",
+            *(["stand_in_teachers"] if self.stand_in_slots else []),  # their learning curves
+            *(f"claims_{group}" for group in CLAIM_GROUPS),
+            *self.study_figures,
+        ]
+
+    # --- Checks across keys ---------------------------------------------------------------------------------
+
+    def problems(self) -> list[tuple[list, str]]:
+        """(config keys, what is wrong) of every check across keys, in the order they are reported."""
+        return self._arm_problems() + self._seed_and_slot_problems()
+
+    def _arm_problems(self) -> list[tuple[list, str]]:
+        """An arm's kind is one of pretrain.interfaces; interface settings only in extra PIT arms; posttrain's arms
+        are pretraining arms."""
+        found, only = [], list(ARM_KEYS)
+        for mode, entries in self.arm_entries.items():
+            for arm, entry in entries.items():
+                keys, extra, kind = ["pretrain", f"{mode}_arms", arm], sorted(set(entry) - set(ARM_KEYS)), arm_kind(arm)
+                if arm in self.interfaces and extra:
+                    why = f"an entry for the arm {arm} of pretrain.interfaces takes only {only} (its interface is "
+                    found.append((keys, f"{extra}: {why}pretrain.interface)"))
+                if kind not in self.interfaces:
+                    found.append((keys, f"a {kind} arm: pretrain.interfaces must hold {kind}"))
+                if kind != "pit" and extra:
+                    why = f"interface settings are for PIT arms (pit-*); a {kind} arm takes only {only}"
+                    found.append((keys, f"{extra}: {why}"))
+        unknown = sorted(set(self.post_arms) - set(self.arms))
+        if unknown:
+            why = f"not a pretraining arm of this profile (expected some of {self.arms})"
+            found.append((["posttrain", "interfaces"], f"{unknown}: {why}"))
+        return found
+
+    def _seed_and_slot_problems(self) -> list[tuple[list, str]]:
+        """A slot's or an arm's `seeds` are some of the profile's; a role's domain is a corpus domain; a sweep slot
+        varies a slot of its own mode."""
+        slots = {m: self.pretrain[f"{m}_slots"] for m in self.modes}
+        places = [(["pretrain", f"{m}_slots", s], e) for m in self.modes for s, e in slots[m].items()]
+        places += [(["pretrain", f"{m}_arms", a], e) for m in self.modes for a, e in self.arm_entries[m].items()]
+        found = [
+            (keys + ["seeds"], f"{extra}: not among the profile's seeds {self.seeds or '(none)'}")
+            for keys, entry in places
+            if (extra := [s for s in entry.get("seeds", []) if str(s) not in self.seeds])
+        ]
+        found += [
+            (["pretrain", "domains"], f"{name!r}: not a corpus domain (corpus.domains: {list(self.domains)})")
+            for name in self.data_roles.values()
+            if name is not None and name not in self.domains
+        ]
+        found += [
+            (["pretrain", f"{m}_slots", slot, "sweep_of"], f"{e['sweep_of']!r}: not a {m} slot (expected one of {s})")
+            for m, s in self.modes.items()
+            for slot, e in slots[m].items()
+            if e.get("sweep_of") is not None and e["sweep_of"] not in s
+        ]
+        return found
+
+    # --- Runs ---------------------------------------------------------------------------------------------
+
+    def slot_entry(self, mode: str, slot: str) -> dict:
+        return self.pretrain[f"{mode}_slots"][slot]
+
+    def run_seeds(self, mode: str, slot: str, arm: str) -> list[str]:
+        """The seeds of one (mode, slot, arm): the arm's `seeds`, else the slot's, else the profile's."""
+        seeds = self.arm_entries[mode].get(arm, {}).get("seeds", self.slot_entry(mode, slot).get("seeds"))
+        return self.seeds if seeds is None else [str(s) for s in seeds]
+
+    def pretrain_runs(self) -> list[tuple]:
+        """(mode, slot, interface, seed) of every pretraining run: each arm once per seed (run_seeds)."""
+        return [
+            (m, s, i, k)
+            for m, slots in self.modes.items()
+            for s in slots
+            for i in self.mode_arms[m]
+            for k in (self.run_seeds(m, s, i) or [None])
+        ]
+
+    def sweep_of(self, run: tuple) -> str | None:
+        """The slot whose run settings a sweep slot varies (`sweep_of: <slot>`, e.g. a learning-rate sweep), else
+        None: a sweep slot's runs are pretrained and compared in the stability claims, not diagnosed or post-trained."""
+        return self.slot_entry(*run[:2]).get("sweep_of")
+
+    def diagnosed_runs(self) -> list[tuple]:
+        """The pretraining runs `pit diagnose` reads: those of every slot that is not a sweep slot."""
+        return [run for run in self.pretrain_runs() if not self.sweep_of(run)]
+
+    def posttrain_runs(self) -> list[tuple]:
+        """The runs that get LoRA post-training (posttrain.interfaces), in slots that are not sweep slots."""
+        return [run for run in self.diagnosed_runs() if run[2] in self.post_arms]
+
+    def arm_interface(self, mode: str, arm: str) -> dict:
+        """The `interface` settings of a mode's arm: the profile's PIT settings, an extra PIT arm's overrides, its
+        kind."""
+        entry = self.arm_entries[mode].get(arm, {}) if arm not in self.interfaces else {}
+        overrides = {k: v for k, v in entry.items() if k not in ARM_KEYS}
+        return {**self.pretrain["interface"], **overrides, "kind": arm_kind(arm)}
+
+    # --- Data and models of the runs ----------------------------------------------------------------------
+
+    def tokenizers_of_kind(self, kind: str) -> list[str]:
+        return [name for name in self.tokenizers if self.config["tokenizers"][name]["kind"] == kind]
+
+    def role_data(self, role: str) -> tuple[str, str | None]:
+        """(tokenizer, domain) of the token files a role's runs read: role stand_in | teacher | scratch; the
+        stand-in teachers use the teacher tokenizer; domain None = the whole corpus (pretrain.domains)."""
+        return self.pretrain["tokenizer"]["teacher" if role == "stand_in" else role], self.data_roles.get(role)
+
+    def token_files(self) -> list[str]:
+        """Every token file of the profile: each tokenizer's whole splits, and the domains the runs read."""
+        files = [token_file(t, s) for t in self.tokenizers for s in SPLITS]
+        used = {self.role_data(role) for role in ROLES}
+        return files + [token_file(t, s, d) for t, d in sorted(used, key=str) if d is not None for s in SPLITS]
+
+    def val_tokens(self, mode: str) -> str:
+        """The validation token file of a mode's runs."""
+        tokenizer, domain = self.role_data(mode)
+        return token_file(tokenizer, "val", domain)
+
+    def run_inputs(self, role: str) -> dict[str, str]:
+        """A training run's data: the train and val token files of its role and the tokenizer folder."""
+        tokenizer, domain = self.role_data(role)
+        inputs = {split: token_file(tokenizer, split, domain) for split in SPLITS}
+        return {**inputs, "tokenizer": tokenizer_dir(tokenizer)}
+
+    def teacher_source(self, slot: str) -> str:
+        """A slot's teacher: the final checkpoint of its stand-in, or a hub id / local folder."""
+        entry = self.pretrain["teacher_slots"][slot]
+        return stand_in_file(slot, "final") if "stand_in" in entry else entry["teacher"]
+
+    def run_summaries(self) -> list[str]:
+        """The summary.json of every pretraining arm: the pretraining stage's final outputs."""
+        return [run_file(run, "summary.json") for run in self.pretrain_runs()]
+
+    def transition_runs(self) -> list[str]:
+        """The final checkpoints the Figure 2-style trace compares: the transition slot's scratch arms (a seeded
+        profile traces its first seed)."""
+        seed = self.seeds[0] if self.seeds else None
+        return [final_model(("scratch", self.config["report"]["transition_slot"], i, seed)) for i in self.interfaces]
+
+    # --- Final outputs of the stages ----------------------------------------------------------------------
+
+    def diagnostics_files(self) -> list[str]:
+        return [diagnostics_file(run) for run in self.diagnosed_runs()]
+
+    def posttrain_outputs(self) -> list[str]:
+        """Every LoRA run's evaluations and side effects: the post-training stage's final outputs."""
+        leaves = ("eval", "base", "side_effects.json")
+        return [lora_file(run, t, leaf) for run in self.posttrain_runs() for t in self.lora_tasks for leaf in leaves]
+
+    def table_files(self) -> list[str]:
+        """The Markdown file of every table."""
+        return [f"{table_stem(name)}.md" for name in self.tables]

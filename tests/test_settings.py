@@ -1,0 +1,240 @@
+"""Settings people can discover (issue 31, section 4): `pit train --help` lists every field of the run arguments
+from the dataclasses (without importing torch), settings come from a YAML/JSON file with `--set` overrides and
+`--print-config` round-trips; the config schema takes the run settings' rules from the same fields; `pit config
+check` answers in one line; the workflow's profile logic (pit/pipeline) keeps its arm order and runs; job logs get
+plain progress lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import subprocess
+import sys
+from importlib.metadata import version
+
+import jsonschema
+import pytest
+import yaml
+from helpers import ROOT, write_config
+
+from pit.commands import main
+from pit.pipeline.config import schema
+from pit.pipeline.profile import Profile, arm_kind, mode_arms
+from pit.progress import progress_bar
+from pit.training.args import LoraArgs, PretrainArgs, check_field, field_docs
+
+TRAIN = {"mode": "scratch", "model": "scratch-tiny", "train_data": "t.bin", "val_data": "v.bin", "tokenizer": "tok"}
+
+
+def run_pit(capsys, *argv) -> tuple[int, str, str]:
+    """`pit ARGV` in this process: (exit code, stdout, stderr)."""
+    try:
+        rc = main([str(a) for a in argv])
+    except SystemExit as err:  # --help, --version, argparse's usage errors
+        rc = err.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# --- Help and version ---------------------------------------------------------------------------------------
+
+
+def test_help_lists_every_field_with_its_docstring_and_imports_no_torch():
+    code = (
+        "import sys\nfrom pit.commands import build_parser\n"
+        "for argv in (['train'], ['lora', 'train']):\n"
+        "    parser = build_parser(argv)\n"
+        "    sub = parser._subparsers._group_actions[0].choices[argv[0]]\n"
+        "    if len(argv) > 1: sub = sub._subparsers._group_actions[0].choices[argv[1]]\n"
+        "    print(sub.format_help()); print('=====')\n"
+        "print('TORCH' if 'torch' in sys.modules or 'transformers' in sys.modules else 'NO TORCH')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    train_help, lora_help, imported = proc.stdout.split("=====\n")
+    assert imported.strip() == "NO TORCH"
+    for text, cls in ((train_help, PretrainArgs), (lora_help, LoraArgs)):
+        flat = " ".join(text.split())
+        for f in dataclasses.fields(cls):
+            doc = " ".join(field_docs(cls)[f.name].split()[:6])
+            assert f"  {f.name} (" in text and doc in flat, f.name
+    assert "  lr (float; default 0.003; > 0)" in train_help and "  lr (float; default 0.0002; > 0)" in lora_help
+    assert "  mode (str; required; one of 'scratch', 'teacher')" in train_help
+
+
+def test_version_is_the_package_metadata(capsys):
+    rc, out, _ = run_pit(capsys, "--version")
+    assert rc == 0 and out.strip() == f"pit {version('pit-repro')}"
+
+
+# --- Settings: file, --set, --print-config ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "base", "sets", "expected"),
+    [
+        (["train"], TRAIN, ["lr=1e-3", "interface.kind=tt", "max_steps=20", "tags={a: b}"],
+         {"lr": 0.001, "interface": {"kind": "tt"}, "max_steps": 20, "warmup_steps": 2, "tags": {"a": "b"}}),
+        (["lora", "train"], {"base": "b", "task": "mbpp"}, ["rank=16", "targets.pit_scratch=[q_proj]"],
+         {"rank": 16, "targets": {"pit_scratch": ["q_proj"], "pit_gpt2": ["attn.c_attn", "attn.c_proj"]}}),
+    ],
+)  # fmt: skip
+def test_set_overrides_and_print_config_round_trip(tmp_path, capsys, command, base, sets, expected):
+    first = tmp_path / "settings.yaml"
+    first.write_text(yaml.safe_dump(base))
+    rc, out, err = run_pit(
+        capsys, *command, "--config", first, *[a for s in sets for a in ("--set", s)], "--print-config"
+    )
+    assert rc == 0, err
+    printed = yaml.safe_load(out)
+    assert {k: printed[k] for k in expected} == expected
+    cls = PretrainArgs if command == ["train"] else LoraArgs
+    assert list(printed) == [f.name for f in dataclasses.fields(cls)]  # every setting, in field order
+    resolved = tmp_path / "resolved.yaml"
+    resolved.write_text(out)
+    rc, again, _ = run_pit(capsys, *command, "--config", resolved, "--print-config")
+    assert rc == 0 and again == out  # the printed settings, read back, print the same text
+    assert cls.from_dict(printed) == cls.from_dict(yaml.safe_load(again))
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (["lr=abc"], "--set 'lr=abc': train config: lr \"abc\" is a string; expected a number"),
+        (["lr=-1"], "--set 'lr=-1': train config: lr -1; expected > 0"),
+        (["lrr=1"], "--set 'lrr=1': unknown setting 'lrr'; expected one of ['adam_eps', "),
+        (["interface.kind=xx"], '--set \'interface.kind=xx\': train config: interface {"kind": "xx"}: interface kind'),
+        (["lr.x=1"], "--set 'lr.x=1': lr is not a mapping"),
+        (["lr"], "--set 'lr': expected KEY=VALUE, e.g. lr=1e-3 or interface.kind=tt"),
+        (["max_steps=5", "warmup_steps=9"], "--set 'warmup_steps=9': train config: warmup_steps 9; expected 0 <= "),
+    ],
+)
+def test_a_bad_set_is_one_line_naming_it(capsys, sets, message):
+    import json
+
+    rc, out, err = run_pit(capsys, "train", "--spec", json.dumps(TRAIN), *[a for s in sets for a in ("--set", s)])
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"pit train: error: {message}"), err
+
+
+def test_a_settings_file_with_a_syntax_error_names_its_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("mode: scratch\nlr: [1,\n")
+    rc, _, err = run_pit(capsys, "train", "--config", bad, "--print-config")
+    assert rc == 2 and f"--config '{bad}': line 3, column 1: YAML syntax error" in err
+
+
+# --- The schema takes the run settings' rules from the dataclasses ------------------------------------------
+
+
+def edge_cases(meta: dict, kind: type) -> list[tuple[object, bool]]:
+    """(value, allowed) at each bound of a field: the bound itself and the nearest value on its other side."""
+    step = 1 if kind is int else 1e-9
+    cases = {"ge": [(-step, False), (0, True)], "gt": [(0, False), (step, True)],
+             "le": [(step, False), (0, True)], "lt": [(0, False), (-step, True)]}  # fmt: skip
+    found = [(meta[b] + d, ok) for b in ("ge", "gt", "le", "lt") if b in meta for d, ok in cases[b]]
+    return found + ([("not-a-choice", False), (meta["choices"][0], True)] if "choices" in meta else [])
+
+
+@pytest.mark.parametrize(
+    ("cls", "path"),
+    [(PretrainArgs, ("$defs", "train_settings")), (LoraArgs, ("$defs", "posttrain", "properties", "lora"))],
+)
+def test_schema_refuses_what_the_run_arguments_refuse(cls, path):
+    from pit.training.args import field_type
+
+    section = schema()
+    for key in path:
+        section = section[key]
+    props = section["properties"]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    assert set(props) == set(fields) - set(cls.not_profile_keys) and all(p["description"] for p in props.values())
+    checked = 0
+    for name, prop in props.items():
+        validator = jsonschema.Draft202012Validator({"type": "object", "properties": {name: prop}})
+        for value, ok in edge_cases(dict(fields[name].metadata), field_type(cls, name)[0]):
+            try:
+                check_field("c", cls, fields[name], value)
+                field_ok = True
+            except ValueError:
+                field_ok = False
+            assert validator.is_valid({name: value}) == field_ok == ok, (name, value)
+            checked += 1
+    assert checked > 40
+
+
+# --- pit config check ---------------------------------------------------------------------------------------
+
+
+def line_of(path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_config_check_answers_in_one_line(tmp_path, capsys):
+    rc, out, _ = run_pit(capsys, "config", "check", ROOT / "config/config.yaml")
+    assert (
+        rc == 0 and "profile 'default' is valid: 21 pretraining runs (pit, pit-head, tt, untied), 24 LoRA runs" in out
+    )
+    rc, _, err = run_pit(capsys, "config", "check", tmp_path / "nope.yaml")
+    assert (
+        rc == 2 and err.strip() == f"pit config: error: config file {tmp_path / 'nope.yaml'}: No such file or directory"
+    )
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("profile: x\ncorpus: [a, b\nc: d\n")
+    rc, _, err = run_pit(capsys, "config", "check", broken)
+    assert rc == 2 and err.strip() == (
+        f"pit config: error: {broken}:3:2: YAML syntax error in the config: expected ',' or ']', but got ':' (while "
+        "parsing a flow sequence at line 2)"
+    )
+    schema_bad = write_config(tmp_path / "schema.yaml", lambda c: c["pretrain"]["train"].update(on_spike="boom"))
+    rc, _, err = run_pit(capsys, "config", "check", schema_bad)
+    line = line_of(schema_bad, "on_spike: boom")
+    assert rc == 2 and err.strip() == (
+        f"pit config: error: {schema_bad}:{line}: invalid config at pretrain.train.on_spike: 'boom' is not one of "
+        "['log', 'skip', 'stop']"
+    )
+    crossed = write_config(
+        tmp_path / "crossed.yaml", lambda c: c["pretrain"]["mode_train"]["teacher"].update(min_lr=9.0)
+    )
+    rc, _, err = run_pit(capsys, "config", "check", crossed)
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith(
+        f"pit config: error: {crossed}:{line_of(crossed, 'min_lr: 9.0')}: invalid config at "
+        "pretrain.mode_train.teacher.min_lr: run teacher-"
+    )
+    assert err.strip().endswith(": train config: lr 0.001, min_lr 9.0; expected 0 <= min_lr <= lr")  # fmt: skip
+
+
+# --- The profile's arms and runs (pit/pipeline/profile.py) --------------------------------------------------
+
+
+def test_arm_order_kind_and_runs_of_a_profile():
+    assert arm_kind("pit-head") == "pit" and arm_kind("tt-norewarm") == "tt"
+    entries = {"untied-b": {}, "pit-head": {"t_init": "head"}, "pit": {"seeds": [0]}, "tt-x": {}}
+    assert mode_arms(["tt", "pit", "untied"], entries) == ["tt", "tt-x", "pit", "pit-head", "untied", "untied-b"]
+    config = yaml.safe_load((ROOT / "config/study.yaml").read_text())
+    p = Profile(config)
+    assert p.problems() == []
+    runs = p.pretrain_runs()
+    assert len(runs) == len(set(runs)) == 81 and all(run[3] in p.seeds for run in runs)
+    post = p.posttrain_runs()
+    assert {run[2] for run in post} == set(p.post_arms) and not any(p.sweep_of(run) for run in post)
+    config["pretrain"]["scratch_arms"]["tt-bad"] = {"t_init": "head"}
+    assert Profile(config).problems()[0] == (
+        ["pretrain", "scratch_arms", "tt-bad"],
+        "['t_init']: interface settings are for PIT arms (pit-*); a tt arm takes only ['train', 'seeds']",
+    )
+
+
+# --- Job logs -----------------------------------------------------------------------------------------------
+
+
+def test_progress_in_a_log_is_plain_lines():
+    log = io.StringIO()  # not a terminal, as a workflow job's log
+    bar = progress_bar(range(3, 8), initial=3, total=8, desc="run", file=log)
+    for step in bar:
+        bar.set_postfix(loss=f"{step:.1f}")
+    lines = log.getvalue().split("\n")
+    assert "\r" not in log.getvalue() and lines[-1] == "" and len(lines) == 3
+    assert lines[0].startswith("run: 3/8 (38%) [") and lines[1].startswith("run: 8/8 (100%) [")
+    assert lines[1].endswith(", loss=7.0]")
