@@ -344,7 +344,7 @@ def test_pit_runs_lists_the_store(project):
     finished = {r["run"]: r for r in rows if r["status"] == "FINISHED"}
     assert set(finished) == expected_run_names(project.root)
     assert finished["scratch-303m-pit"]["final_loss"] > 0 and finished["scratch-303m-pit"]["delta_ti"] < 1e-4
-    table = run(["pit", "runs", "--uri", uri, "--experiment", "pit-default"], project.root).stdout
+    table = run(["pit", "runs", "--uri", uri, "--experiment", "pit-default", "--wide"], project.root).stdout
     assert [c.strip() for c in table.splitlines()[0].split("|")[1:6]] == [
         "experiment",
         "run",

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from helpers import stop_group
@@ -88,7 +89,10 @@ def test_export_imports_into_a_fresh_store_with_tags_params_and_metric_histories
         before = original[name]
         assert run.info.status == before.info.status == "FINISHED"
         assert run.info.start_time == before.info.start_time and run.info.end_time == before.info.end_time
-        assert run.data.tags == {**before.data.tags, "pit.imported_from": before.info.run_id}
+        expected = {**before.data.tags, "pit.imported_from": before.info.run_id}
+        if "mlflow.parentRunId" in expected:  # nested: under the imported copy of its parent
+            expected["mlflow.parentRunId"] = imported["scratch-tiny-pit"].info.run_id
+        assert run.data.tags == expected
         assert run.data.params == before.data.params and run.data.metrics == before.data.metrics
         for key in before.data.metrics:
             old = [(m.step, m.value) for m in source.get_metric_history(before.info.run_id, key)]
@@ -135,7 +139,7 @@ def test_mlflow_ui_opens_the_training_runs_table_in_headless_chromium(shared, tm
     if not (clone / "mlflow.db").exists():
         assert pit_cli("mlflow", "sync", "results/mlflow", cwd=clone).returncode == 0
     chromium = shutil.which("chromium")
-    assert chromium, "Chromium is required for this test (scripts/setup.sh installs Debian's chromium)"
+    assert chromium, "Chromium is required for this test (bash scripts/setup.sh --test-system-packages)"
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     log = tmp_path / "ui.log"
@@ -167,6 +171,108 @@ def test_mlflow_ui_opens_the_training_runs_table_in_headless_chromium(shared, tm
     body = re.sub(r"<(script|style)\b.*?</\1>", "", dom.stdout, flags=re.S)
     text = " ".join(re.sub(r"<[^>]+>", " ", body).split())
     assert "Runs - Experiment" in text, text[:1500]  # the page title of the runs table, not the GenAI overview
-    assert "scratch-tiny-pit" in text and "eval-gsm8k-scratch-tiny-pit" in text, text[:3000]
+    # the evaluation run is nested under its pretraining run (mlflow.parentRunId): one row, folded, of 2 runs
+    assert "scratch-tiny-pit" in text and "eval-gsm8k-scratch-tiny-pit" not in text, text[:3000]
     assert "2 matching runs" in text, text[-1500:]
     assert "Traces 0" not in text
+
+
+# --- tags, nesting, datasets, checkpoint, summary tables, pit runs filters --------------------------------------
+
+
+def test_runs_name_their_arm_nest_under_their_pretraining_run_and_log_data_and_checkpoint(shared, tiny_data):
+    import mlflow
+
+    from pit.io import sha256_file
+
+    client = mlflow.MlflowClient(shared["uri"])
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    runs = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
+    train, evaluation = runs["scratch-tiny-pit"], runs["eval-gsm8k-scratch-tiny-pit"]
+    assert {k: train.data.tags[k] for k in ("stage", "mode", "slot", "arm", "interface")} == {
+        "stage": "pretrain", "mode": "scratch", "slot": "tiny", "arm": "pit", "interface": "pit"
+    }  # fmt: skip
+    assert evaluation.data.tags["arm"] == "pit"
+    assert evaluation.data.tags["mlflow.parentRunId"] == train.info.run_id  # nested in the UI
+    assert "mlflow.parentRunId" not in train.data.tags
+    final = shared["project"] / "results" / "pretrain" / "run" / "final"
+    assert train.data.tags["pit.checkpoint"] == str(final) and (final / "config.json").is_file()
+    inputs = {d.dataset.name: d for d in train.inputs.dataset_inputs}
+    data = tiny_data["bpe2k"]
+    assert set(inputs) == {data["train"], data["val"]}
+    for split, context in (("train", "training"), ("val", "validation")):
+        found = inputs[data[split]]
+        assert found.dataset.digest == sha256_file(data[split])[:36]
+        assert {t.key: t.value for t in found.tags}["mlflow.data.context"] == context
+        assert json.loads(found.dataset.source) == {"uri": data[split]}
+
+
+def test_run_tags_tell_arms_and_stand_in_teachers_apart():
+    from pit.tracking.tags import parent_filter, run_tags
+
+    pretrain = {"stage": "pretrain", "mode": "teacher", "slot": "256m", "interface": "pit"}
+    assert run_tags("teacher-256m-pit-head", pretrain)["arm"] == "pit-head"
+    assert run_tags("teacher-256m-pit", pretrain)["arm"] == "pit"
+    assert (
+        run_tags("scratch-1.17b-tt-norewarm-s3", {**pretrain, "mode": "scratch", "slot": "1.17b", "seed": 3})["arm"]
+        == "tt-norewarm"
+    )
+    lora = {"stage": "lora", "mode": "teacher", "slot": "256m", "interface": "pit", "task": "mbpp"}
+    assert run_tags("lora-mbpp-teacher-256m-pit-head", lora)["arm"] == "pit-head"
+    assert run_tags("my-run", {"stage": "pretrain", "interface": "tt", "arm": "tt-x"})["arm"] == "tt-x"  # given: wins
+    stand_in = {"stage": "pretrain", "mode": "scratch", "slot": "256m", "interface": "tt", "role": "stand-in-teacher"}
+    assert {k: run_tags("stand-in-teacher-256m", stand_in)[k] for k in ("mode", "arm")} == {
+        "mode": "stand-in", "arm": "tt"
+    }  # fmt: skip
+    assert parent_filter(run_tags("eval-mbpp-teacher-256m-pit-head", {**lora, "stage": "evaluate"})) == (
+        "tags.stage = 'pretrain' and tags.mode = 'teacher' and tags.slot = '256m' and tags.arm = 'pit-head'"
+    )
+    assert parent_filter(run_tags("teacher-256m-pit", pretrain)) is None
+
+
+def test_summary_logs_the_claims_table_as_a_table_artifact_and_paper_tables_as_metrics(tmp_path):
+    import mlflow
+
+    from pit.tracking.summary import log_summary
+
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    (tables / "table1.csv").write_text("# Table 1\nmode,slot,method,train_loss\nteacher,256m,PIT,2.5\n")
+    claim = '"""PIT reaches a lower loss than TT at every scale, with a long quote"" (Section 5.3)"'
+    (tables / "claims.csv").write_text(f"claim,paper,n,diff,verdict\nloss,{claim},1,-0.25,n = 1\nangle,x,3,,holds\n")
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "REPORT.md").write_text("# report\n")
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    config = {"profile": "default", "mlflow": {"tracking_uri": uri, "experiment": "pit-default", "enabled": True}}
+    record = log_summary(config, tables, tmp_path / "figures", tmp_path / "REPORT.md", tmp_path / "summary.json")
+    client = mlflow.MlflowClient(uri)
+    run = client.get_run(record["run_id"])
+    assert run.data.metrics == {"table1/teacher-256m-PIT/train_loss": 2.5}
+    table = json.loads(
+        Path(client.download_artifacts(run.info.run_id, "table_artifacts/claims.json", tmp_path)).read_text()
+    )
+    assert table["columns"] == ["claim", "paper", "n", "diff", "verdict"]
+    quote = '"PIT reaches a lower loss than TT at every scale, with a long quote" (Section 5.3)'
+    assert table["data"][0] == ["loss", quote, 1, -0.25, "n = 1"]
+    assert table["data"][1] == ["angle", "x", 3, None, "holds"]
+    logged = json.loads(run.data.tags["mlflow.loggedArtifacts"])
+    assert {"path": "table_artifacts/claims.json", "type": "table"} in logged
+
+
+def test_pit_runs_filters_by_stage_and_arm_in_a_compact_table(shared):
+    uri = shared["uri"]
+    rows = json.loads(pit_cli("runs", "--uri", uri, "--stage", "pretrain", "--format", "json").stdout)
+    assert [(r["run"], r["stage"], r["arm"]) for r in rows] == [("scratch-tiny-pit", "pretrain", "pit")]
+    bad = pit_cli("runs", "--uri", uri, "--arm", "pit-head")
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == "pit runs: error: --arm 'pit-head': no listed run has it (values: pit)"
+    from pit.tracking.run_table import format_runs, list_runs
+
+    table = format_runs(
+        list_runs(uri, filters={"mode": "scratch"})
+    ).splitlines()  # what `pit runs --mode scratch` prints
+    assert [c.strip() for c in table[0].split("|")[1:-1]] == [
+        "run", "stage", "status", "final_loss", "val_loss", "delta_ti", "score", "id"
+    ]  # fmt: skip
+    assert len(table) == 4 and max(len(line) for line in table) < 120
+    assert table[3].split("|")[7].strip() == "0.5"  # the evaluation run's in-domain score after LoRA

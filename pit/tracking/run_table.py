@@ -3,11 +3,17 @@
 The runs come from `mlflow.search_runs` as a pandas DataFrame (every run of the listed experiments,
 paged by MLflow; each metric column the metric's last logged value). Ours on top of it, and why:
 `check_store` (listing must never create a store, and a server that is down must fail in seconds,
-not after MLflow's minutes of retries), the choice and names of the columns below, and the
-Markdown / CSV / JSON output. Columns: experiment, run (the run name, e.g. `teacher-256m-pit`),
-status, start (UTC), the key metrics below when any listed run has them, and each evaluation score
-`<label>/<task>/pass_at_k` (HumanEval, MBPP) or `<label>/<task>/accuracy` (GSM8K, SVAMP: exact
-match), e.g. `lora/gsm8k/accuracy`.
+not after MLflow's minutes of retries), the filters on the run tags (`--stage/--mode/--arm`: a value
+no listed run has is one error line naming the values there are), the choice and names of the columns
+below, and the Markdown / CSV / JSON output.
+
+Every row (CSV, JSON, `--wide`): experiment, run (the run name, e.g. `teacher-256m-pit`), status, start
+(UTC), the key metrics below when any listed run has them, each evaluation score `<label>/<task>/pass_at_k`
+(HumanEval, MBPP) or `<label>/<task>/accuracy` (GSM8K, SVAMP: exact match), e.g. `lora/gsm8k/accuracy`,
+the tags stage, mode, slot, arm, task, and the run id. The default Markdown table is compact (under 120
+characters for the pipeline's run names): run, stage, status, final_loss, val_loss, delta_ti, `score` (an
+evaluation run's in-domain score after LoRA, `lora/<task>/...`), the first 8 characters of the run id, and
+the experiment only when several are listed.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from pit.errors import PitError
+from pit.tracking.tags import run_tags
 from pit.tracking.tracker import tracking_uri
 
 # metric name in the store -> column name
@@ -33,6 +40,10 @@ KEY_METRICS = {
     "runtime_s": "runtime_s",
 }
 FORMATS = ("md", "csv", "json")
+# the run tags shown as columns, and the ones `pit runs` filters on (pit/tracking/tags.py)
+TAG_COLUMNS = ("stage", "mode", "slot", "arm", "task")
+FILTERS = ("stage", "mode", "arm")
+COMPACT = ("run", "stage", "status", "final_loss", "val_loss", "delta_ti", "score", "id")
 # an evaluation run's score metric (pit.evaluation.evaluate.log_result): pass@k, or exact-match accuracy
 SCORE_METRIC = re.compile(r"[^/]+/[^/]+/(pass_at_\d+|accuracy)")
 
@@ -117,6 +128,8 @@ def _row(run, experiment: str, score_columns: list[str]) -> dict:
         "start": run["start_time"].strftime("%Y-%m-%d %H:%M"),
         "run_id": run["run_id"],
     }
+    for tag in TAG_COLUMNS:
+        row[tag] = _value(run.get(f"tags.{tag}"))
     for key, column in KEY_METRICS.items():
         row[column] = _value(run.get(f"metrics.{key}"))
     for column in score_columns:
@@ -126,10 +139,43 @@ def _row(run, experiment: str, score_columns: list[str]) -> dict:
     return row
 
 
-def list_runs(uri: str | None = None, experiments: list[str] | None = None) -> list[dict]:
+def _with_arm_tags(frame):
+    """`tags.mode` and `tags.arm` as pit.tracking.tags.run_tags gives them, for runs logged before runs carried
+    them (a store made by an earlier version: stand-in teachers with mode scratch, no arm)."""
+    keys = ("stage", "mode", "slot", "seed", "interface", "role", "arm")
+    tagged = [
+        run_tags(
+            run.get("tags.mlflow.runName") or "",
+            {k: run.get(f"tags.{k}") for k in keys if _value(run.get(f"tags.{k}"))},
+        )
+        for _, run in frame.iterrows()
+    ]
+    return frame.assign(**{f"tags.{k}": [t.get(k) for t in tagged] for k in ("mode", "arm")})
+
+
+def _filter(frame, filters: dict[str, str | None]):
+    """The rows of `frame` whose tags equal the given values; a value no row has is a PitError naming those there
+    are (a typo lists nothing otherwise)."""
+    for tag, value in filters.items():
+        if value is None:
+            continue
+        if tag not in FILTERS:
+            raise PitError(f"cannot filter on {tag!r}: expected one of {', '.join(FILTERS)}")
+        column = frame[f"tags.{tag}"] if f"tags.{tag}" in frame.columns else None
+        present = sorted({v for v in column if isinstance(v, str)}) if column is not None else []
+        if value not in present:
+            raise PitError(f"--{tag} {value!r}: no listed run has it (values: {', '.join(present) or 'none'})")
+        frame = frame[column == value]
+    return frame
+
+
+def list_runs(
+    uri: str | None = None, experiments: list[str] | None = None, filters: dict[str, str | None] | None = None
+) -> list[dict]:
     """One dict per run (experiments by name, runs by start time): experiment, run, status, start, run_id, the
-    key final metrics and the evaluation scores. Reads only: a store that does not exist is an error, never
-    created (`check_store`)."""
+    tags of `TAG_COLUMNS`, the key final metrics and the evaluation scores; only runs whose tags match `filters`
+    ({stage|mode|arm: value}). Reads only: a store that does not exist is an error, never created
+    (`check_store`)."""
     uri = tracking_uri(uri)
     check_store(uri)
     import mlflow
@@ -142,7 +188,10 @@ def list_runs(uri: str | None = None, experiments: list[str] | None = None) -> l
     except Exception as err:  # noqa: BLE001 -- an unreachable store is bad input here
         raise PitError(f"cannot read the MLflow store {uri!r}: {type(err).__name__}: {err}") from None
     if frame is None or frame.empty:
+        if any(v is not None for v in (filters or {}).values()):
+            raise PitError(f"no runs in {uri!r} to filter")
         return []
+    frame = _filter(_with_arm_tags(frame), filters or {})
     names = {e.experiment_id: e.name for e in exps}
     order = {e.experiment_id: i for i, e in enumerate(exps)}
     frame = frame.assign(_order=frame["experiment_id"].map(order)).sort_values(["_order", "start_time"], kind="stable")
@@ -151,15 +200,22 @@ def list_runs(uri: str | None = None, experiments: list[str] | None = None) -> l
     return [_row(run, names[run["experiment_id"]], scores) for _, run in frame.iterrows()]
 
 
+def _compact(row: dict) -> dict:
+    """A row of the compact table: the in-domain score after LoRA of an evaluation run, a short run id."""
+    score = next((v for k, v in row.items() if row.get("task") and k.startswith(f"lora/{row['task']}/")), None)
+    return {**row, "score": score, "id": row["run_id"][:8]}
+
+
 def _columns(rows: list[dict]) -> list[str]:
+    """experiment, run, status, start, the metrics and scores, the tags, run_id (columns no row fills left out)."""
     fixed = ["experiment", "run", "status", "start"]
     metric_cols = []
     for row in rows:
         for key in row:
-            if key not in fixed and key != "run_id" and key not in metric_cols:
+            if key not in (*fixed, *TAG_COLUMNS, "run_id") and key not in metric_cols:
                 metric_cols.append(key)
-    metric_cols = [c for c in metric_cols if any(r.get(c) is not None for r in rows)]
-    return fixed + metric_cols + ["run_id"]
+    filled = [c for c in (*metric_cols, *TAG_COLUMNS) if any(r.get(c) is not None for r in rows)]
+    return fixed + filled + ["run_id"]
 
 
 def _cell(value) -> str:
@@ -170,13 +226,18 @@ def _cell(value) -> str:
     return str(value)
 
 
-def format_runs(rows: list[dict], fmt: str = "md") -> str:
-    """The rows of `list_runs` as a GitHub Markdown table, CSV or JSON."""
+def format_runs(rows: list[dict], fmt: str = "md", wide: bool = False) -> str:
+    """The rows of `list_runs` as a GitHub Markdown table (compact unless `wide`), CSV or JSON (every column)."""
     if fmt not in FORMATS:
         raise PitError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if fmt == "json":
         return json.dumps(rows, indent=2, sort_keys=True) + "\n"
     cols = _columns(rows)
+    if fmt == "md" and not wide:
+        rows = [_compact(r) for r in rows]
+        several = len({r["experiment"] for r in rows}) > 1
+        shown = (["experiment"] if several else []) + list(COMPACT)
+        cols = [c for c in shown if any(r.get(c) is not None for r in rows)]
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=cols, extrasaction="ignore", lineterminator="\n")

@@ -1,12 +1,17 @@
 """`pit mlflow summary`: the report stage (tables, figures, REPORT.md) as one MLflow run `summary-<profile>`.
 
 The run carries the tables, figures and report as artifacts, the pipeline config as params (and
-`config.json`), and every number of our tables as a metric `<table>/<row key>/<column>`.
+`config.json`), every number of the paper's tables (table1 ... table4_*) as a metric
+`<table>/<row key>/<column>`, and each other table (the claims table, its per-seed numbers, the study's
+tables) as an MLflow table artifact `table_artifacts/<stem>.json` (`MlflowClient.log_table`, shown by the UI's
+artifact view): their rows are named by claim text, which makes poor metric names (hundreds of them, up to
+~190 characters).
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import re
@@ -25,18 +30,24 @@ def _metric_name(*parts: str) -> str:
 # text columns that describe a row rather than name it (the claims table's quote, verdict, ...)
 DESCRIPTIVE = {"paper", "group", "metric", "direction", "evidence", "verdict", "control", "standin_data"}
 MAX_METRIC_NAME = 250  # MLflow's limit
+PAPER_TABLE = re.compile(r"table\d.*")  # the paper's tables: their numbers become metrics; the others table artifacts
+TABLE_ARTIFACTS = "table_artifacts"
+
+
+def csv_rows(csv_path: Path) -> list[str]:
+    """The data lines of a table CSV: its `#` note lines and blank lines left out."""
+    return [line for line in csv_path.read_text().splitlines() if line.strip() and not line.startswith("#")]
 
 
 def table_metrics(csv_path: str | Path) -> dict[str, float]:
     """Our numeric cells of a table CSV (`paper_*` columns left out) as metrics named `<table>/<row key>/<column>`,
-    the row key being the row's text cells that name it (e.g. teacher-256m-PIT, not the claims table's quote or
-    verdict) and its seed. The per-seed tables (`*_seeds.csv`) are artifacts only."""
+    the row key being the row's text cells that name it (e.g. teacher-256m-PIT) and its seed. Only the paper's
+    tables (`PAPER_TABLE`); the others are table artifacts (`log_tables`)."""
     csv_path = Path(csv_path)
-    if csv_path.stem.endswith("_seeds"):
+    if not PAPER_TABLE.fullmatch(csv_path.stem):
         return {}
-    lines = [line for line in csv_path.read_text().splitlines() if line.strip() and not line.startswith("#")]
     metrics = {}
-    for row in csv.DictReader(lines):
+    for row in csv.DictReader(csv_rows(csv_path)):
         values, key = {}, []
         for col, cell in row.items():
             try:
@@ -52,6 +63,18 @@ def table_metrics(csv_path: str | Path) -> dict[str, float]:
     return metrics
 
 
+def log_tables(tracker: Tracker, csv_paths: list[Path]) -> None:
+    """Each table CSV as an MLflow table artifact `table_artifacts/<stem>.json` (columns and rows, as
+    `mlflow.log_table` writes them)."""
+    import pandas as pd
+
+    for path in csv_paths:
+        frame = pd.read_csv(io.StringIO("\n".join(csv_rows(path))))  # an empty cell: null
+        # text as object dtype: log_table looks for text columns as "object", which pandas 3 warns about for "str"
+        frame = frame.astype(dict.fromkeys(frame.select_dtypes(exclude="number").columns, object))
+        tracker.log_table(frame, f"{TABLE_ARTIFACTS}/{path.stem}.json")
+
+
 def _log(tracker: Tracker, config: dict, paths: dict[str, Path]) -> None:
     """Params, table metrics and artifacts of the summary run."""
     profile = config.get("profile", "default")
@@ -60,6 +83,7 @@ def _log(tracker: Tracker, config: dict, paths: dict[str, Path]) -> None:
     for table in sorted(paths["tables"].glob("*.csv")):
         metrics.update(table_metrics(table))
     tracker.log_metrics([{"step": 0, **metrics}], tuple(metrics))
+    log_tables(tracker, [t for t in sorted(paths["tables"].glob("*.csv")) if not PAPER_TABLE.fullmatch(t.stem)])
     tracker.log_artifacts(paths["tables"], "tables")
     tracker.log_artifacts(paths["figures"], "figures")
     tracker.log_artifact(paths["report"])

@@ -4,7 +4,8 @@
   unreachable kept everything it would have logged; this replays it as a new MLflow run with the same
   experiment, name and tags (the git commit included), the same params, and every metric the live run
   logs: run.json's `metric_keys` names, per record file, the keys the live run logs from it (the
-  per-step rows of metrics.jsonl at their steps; summary.json and side_effects.json at the last step).
+  per-step rows of metrics.jsonl at their steps; summary.json and side_effects.json at the last step),
+  its data files as dataset inputs and its model folder as the tag `pit.checkpoint`, as the live run does.
 - An export of a store's runs (`results/mlflow/runs.jsonl`, pit/tracking/transfer.py) is imported.
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from pit.errors import PitError
 from pit.io import read_jsonl
-from pit.tracking.tracker import FINAL_KEYS, METRIC_KEYS, Tracker, tracking_uri
+from pit.tracking.tracker import FINAL_KEYS, METRIC_KEYS, Tracker, run_datasets, tracking_uri
 
 # what a run folder written before run.json recorded `metric_keys` logged (pretraining's keys)
 DEFAULT_METRIC_KEYS = {"metrics.jsonl": METRIC_KEYS, "summary.json": FINAL_KEYS}
@@ -56,6 +57,8 @@ def sync_run(run_dir: str | Path, uri: str | None = None) -> str:
     tracker.log_params(meta["params"])
     for rows, keys in logged_rows(run_dir, meta):
         tracker.log_metrics(rows, keys)
+    tracker.log_datasets(run_datasets(meta["params"]))
+    tracker.log_checkpoint(run_dir)
     for name in ARTIFACTS:
         if (run_dir / name).is_file():
             tracker.log_artifact(run_dir / name)

@@ -19,7 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pit.io import sha256_file
 from pit.tracking.provenance import with_source_tags
+from pit.tracking.tags import PARENT_TAG, parent_filter, run_tags
 
 log = logging.getLogger("pit.tracking")
 
@@ -33,6 +35,11 @@ EXPERIMENT_KIND = "custom_model_development"
 UI_QUERY = "workflowType=machine_learning"
 # the summary.json keys a finished training run (pretraining, LoRA) logs as metrics at its last step
 FINAL_KEYS = ("val_loss", "val_ppl", "final_train_loss", "final_train_ppl", "runtime_s", "peak_memory_mb")
+# the tag of a finished run's final checkpoint folder (weights stay in results/, shared by DVC, not in MLflow)
+CHECKPOINT_TAG = "pit.checkpoint"
+CHECKPOINT_FOLDERS = ("final", "merged")  # a finished run's model folder: pretraining final/, LoRA merged/
+# MLflow keeps a dataset digest of at most 36 characters: the first 36 hex digits of the file's sha256
+DIGEST_CHARS = 36
 # the metrics.jsonl keys a training run logs as MLflow metrics
 METRIC_KEYS = (
     "loss",
@@ -89,6 +96,18 @@ def store_lock(uri: str):
     return contextlib.nullcontext()
 
 
+def run_datasets(params: dict) -> dict[str, tuple[str, str | None]]:
+    """The data files a run logs as dataset inputs, from its params (a pretraining run's `train` settings and
+    `train_data_sha256`): {context: (path, sha256 or None)}; {} for a run without them."""
+    train = params.get("train")
+    if not isinstance(train, dict) or not train.get("train_data"):
+        return {}
+    files = {"training": (train["train_data"], params.get("train_data_sha256"))}
+    if train.get("val_data"):
+        files["validation"] = (train["val_data"], None)
+    return files
+
+
 def experiment_id(client, name: str) -> str:
     """The id of experiment `name`, created when missing; either way tagged `EXPERIMENT_KIND_TAG` =
     `EXPERIMENT_KIND`, so that MLflow 3's UI opens it on its training-runs view rather than the GenAI one."""
@@ -114,10 +133,11 @@ class Tracker:
         on_start: Callable[[str], None] | None = None,
     ):
         """Continue MLflow run `run_id` when the store has it (same experiment and name), else create one with `tags`
-        and MLflow's source tags (git commit, command: pit.tracking.provenance); then `on_start(run_id)` at once (the
-        run folder records the id before anything else can happen)."""
+        (with `arm` and a stand-in's `mode`: pit.tracking.tags), MLflow's source tags (git commit, command:
+        pit.tracking.provenance) and, for a LoRA or evaluation run, its pretraining run as parent; then
+        `on_start(run_id)` at once (the run folder records the id before anything else can happen)."""
         self.run_id = None
-        self.tags = dict(tags or {})
+        self.tags = run_tags(run_name, tags)
         self.active = enabled
         if not enabled:
             return
@@ -125,7 +145,7 @@ class Tracker:
         # fail fast instead of retrying for minutes against a server that is down
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
-        self.tags = with_source_tags(tags)
+        self.tags = with_source_tags(self.tags)
         self._call(self._start, self._uri, experiment, run_name, self.tags, run_id, on_start or (lambda _: None))
 
     def _start(self, uri, experiment, run_name, tags, run_id, on_start):
@@ -138,9 +158,22 @@ class Tracker:
             self._client.update_run(self.run_id, status="RUNNING")
             on_start(self.run_id)
             return
+        parent = self._parent(exp_id, tags)
+        if parent:
+            tags = self.tags = {**tags, PARENT_TAG: parent}
         self.run_id = self._client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
         on_start(self.run_id)
         self._close_orphans(exp_id, run_name, tags)
+
+    def _parent(self, exp_id: str, tags: dict) -> str | None:
+        """The run a LoRA or evaluation run nests under in the UI: the newest finished pretraining run of its arm
+        (same mode, slot, arm, seed) in the same experiment; None when there is none (or for other stages)."""
+        query = parent_filter(tags)
+        if query is None or PARENT_TAG in tags:
+            return None
+        query += " and attributes.status = 'FINISHED'"
+        found = self._client.search_runs([exp_id], query, max_results=1, order_by=["attributes.start_time DESC"])
+        return found[0].info.run_id if found else None
 
     def _resumable(self, run_id: str, exp_id: str, run_name: str) -> bool:
         """Whether this store holds run `run_id` in experiment `exp_id` under `run_name` (else a new run starts)."""
@@ -219,6 +252,42 @@ class Tracker:
     def log_artifacts(self, folder: str | Path, artifact_path: str | None = None) -> None:
         """Every file under `folder`, as `artifact_path/...`."""
         self._call(lambda: self._client.log_artifacts(self.run_id, str(folder), artifact_path))
+
+    def log_datasets(self, files: dict[str, tuple[str, str | None]]) -> None:
+        """Each data file as an MLflow dataset input: {context (training, validation): (path, sha256 or None to
+        compute it)}. Cheap: a MetaDataset whose source is the file and whose digest is its hash (no rows are read or
+        copied); the UI shows it under the run's datasets. Files the run already lists (a continued run) are skipped."""
+
+        def go():
+            from mlflow.data.dataset_source_registry import get_dataset_source_from_json
+            from mlflow.data.meta_dataset import MetaDataset
+            from mlflow.entities import DatasetInput, InputTag
+
+            logged = {d.dataset.name for d in self._client.get_run(self.run_id).inputs.dataset_inputs}
+            inputs = []
+            for context, (path, digest) in files.items():
+                if str(path) in logged:
+                    continue
+                digest = (digest or sha256_file(path))[:DIGEST_CHARS]
+                source = get_dataset_source_from_json(json.dumps({"uri": str(path)}), source_type="local")
+                dataset = MetaDataset(source, name=str(path), digest=digest)
+                inputs.append(DatasetInput(dataset._to_mlflow_entity(), [InputTag("mlflow.data.context", context)]))
+            if inputs:
+                self._client.log_inputs(self.run_id, datasets=inputs)
+
+        self._call(go)
+
+    def log_table(self, frame, artifact_file: str) -> None:
+        """A pandas DataFrame as an MLflow table artifact (`MlflowClient.log_table`; `artifact_file` ends in .json)."""
+        self._call(lambda: self._client.log_table(self.run_id, frame, artifact_file))
+
+    def log_checkpoint(self, run_dir: str | Path) -> None:
+        """The run's model folder (`CHECKPOINT_FOLDERS` in `run_dir`, as the run wrote it, e.g.
+        results/pretrain/teacher/256m/pit/final) as the tag `CHECKPOINT_TAG`; nothing when it has none."""
+        for name in CHECKPOINT_FOLDERS:
+            if (Path(run_dir) / name).is_dir():
+                self.set_tags({CHECKPOINT_TAG: str(Path(run_dir) / name)})
+                return
 
     def set_tags(self, tags: dict[str, str]) -> None:
         self._call(lambda: [self._client.set_tag(self.run_id, k, str(v)) for k, v in tags.items()])

@@ -8,7 +8,9 @@ any `--tracking-uri`), so `pit runs` and `mlflow ui` show them. Artifacts are no
 are (run.json, metrics.jsonl, summary.json, tables, REPORT.md) are in the results tree itself.
 
 Each imported run carries the tag `pit.imported_from` (its run id in the exporting store); importing the
-same file again adds nothing, and neither does importing it into the store it came from.
+same file again adds nothing, and neither does importing it into the store it came from. A nested run's
+`mlflow.parentRunId` is rewritten to its parent's id in the importing store (parents start first, so they
+are imported first).
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from pathlib import Path
 from pit.errors import PitError
 from pit.io import read_jsonl, write_text
 from pit.tracking.run_table import check_store, local_store
+from pit.tracking.tags import PARENT_TAG
 from pit.tracking.tracker import UI_QUERY, experiment_id, store_lock, tracking_uri
 
 EXPORT_FILE = "runs.jsonl"
 IMPORTED_FROM = "pit.imported_from"
+PARENT = PARENT_TAG
 
 
 def _run_record(client, exp, run) -> dict:
@@ -73,28 +77,32 @@ def export_file(path: str | Path) -> Path | None:
     return path if path.is_file() and path.name.endswith(".jsonl") else None
 
 
-def _present(client, exp_id: str, record: dict) -> bool:
-    """Whether the store already holds this run: itself (same run id) or an earlier import of it."""
+def _present(client, exp_id: str, record: dict) -> str | None:
+    """The id of this run in the store: itself (same run id) or an earlier import of it; None when absent."""
     try:
-        client.get_run(record["run_id"])
-        return True
+        return client.get_run(record["run_id"]).info.run_id
     except Exception:  # noqa: BLE001 -- not in this store
         pass
     found = client.search_runs([exp_id], filter_string=f"tags.`{IMPORTED_FROM}` = '{record['run_id']}'")
-    return bool(found)
+    return found[0].info.run_id if found else None
 
 
-def _import_run(client, record: dict) -> str | None:
-    """Recreate one exported run (times, tags, params, metric histories, status); None when already present."""
+def _import_run(client, record: dict, ids: dict[str, str]) -> bool:
+    """Recreate one exported run (times, tags, params, metric histories, status) unless present; `ids` maps
+    exported run ids to this store's (its parent's id is taken from it, its own added). Whether it was created."""
     from mlflow.entities import Metric, Param
 
     exp_id = experiment_id(client, record["experiment"])
-    if _present(client, exp_id, record):
-        return None
+    present = _present(client, exp_id, record)
+    if present is not None:
+        ids[record["run_id"]] = present
+        return False
     tags = {k: v for k, v in record["tags"].items() if k != "mlflow.runName"}
     tags[IMPORTED_FROM] = record["run_id"]
+    if tags.get(PARENT) in ids:
+        tags[PARENT] = ids[tags[PARENT]]
     run = client.create_run(exp_id, start_time=record["start_time"], tags=tags, run_name=record["run_name"])
-    run_id = run.info.run_id
+    run_id = ids[record["run_id"]] = run.info.run_id
     params = [Param(k, v) for k, v in record["params"].items()]
     metrics = [Metric(k, v, ts, step) for k, points in record["metrics"].items() for step, ts, v in points]
     for i in range(0, len(params), 100):
@@ -103,7 +111,7 @@ def _import_run(client, record: dict) -> str | None:
         client.log_batch(run_id, metrics=metrics[i : i + 1000])
     if record["status"] != "RUNNING":
         client.set_terminated(run_id, status=record["status"], end_time=record["end_time"])
-    return run_id
+    return True
 
 
 def import_runs(path: str | Path, uri: str | None = None) -> tuple[int, int]:
@@ -124,15 +132,12 @@ def import_runs(path: str | Path, uri: str | None = None) -> tuple[int, int]:
         if missing:
             raise PitError(f"{str(source)!r} line {i}: not an exported run (missing {', '.join(missing)})")
     uri = tracking_uri(uri)
-    imported = present = 0
+    imported, ids = 0, {}
     with store_lock(uri):
         client = mlflow.MlflowClient(tracking_uri=uri)
-        for record in records:
-            if _import_run(client, record) is None:
-                present += 1
-            else:
-                imported += 1
-    return imported, present
+        for record in sorted(records, key=lambda r: r["start_time"]):
+            imported += _import_run(client, record, ids)
+    return imported, len(records) - imported
 
 
 def ui_urls(uri: str | None, base: str, experiments: list[str] | None = None) -> list[tuple[str, str]]:

@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from pit.core.interfaces import InterfaceConfig
 from pit.core.linalg import cpu_threads
@@ -34,7 +33,8 @@ from pit.models import build_model, convert_teacher, get_spec, load_teacher
 from pit.models.access import interface_of, model_consistency, model_delta_ti
 from pit.models.checkpoint import save_pretrained_atomic
 from pit.models.configs import TeacherSpec
-from pit.tracking.tracker import FINAL_KEYS, METRIC_KEYS
+from pit.progress import progress_bar
+from pit.tracking.tracker import FINAL_KEYS, METRIC_KEYS, run_datasets
 from pit.training.args import PretrainArgs
 from pit.training.objective import NextTokenLoss
 from pit.training.optim import make_optimizer, optimizer_update, warmup_cosine
@@ -68,10 +68,10 @@ def build_run_model(args: PretrainArgs, vocab_size: int, eos_id: int):
             args.model, iface, vocab_size=vocab_size, max_seq_len=max(args.seq_len, 256), seed=args.seed, **special
         )
     teacher = load_teacher(args.model)
-    if teacher.config.vocab_size != vocab_size:
+    if teacher.config.vocab_size < vocab_size:  # more rows than the tokenizer's ids: padding (Qwen2, Pythia), kept
         raise PitError(
             f"teacher {args.model!r} has vocabulary size {teacher.config.vocab_size}; the training data "
-            f"was tokenized with vocabulary size {vocab_size}"
+            f"was tokenized with vocabulary size {vocab_size}; expected at least as many rows as token ids"
         )
     return convert_teacher(teacher, iface)
 
@@ -187,6 +187,7 @@ def setup(args: PretrainArgs, folder: RunFolder, device: torch.device, d: Dist) 
     logged = {"metrics.jsonl": METRIC_KEYS, "summary.json": FINAL_KEYS}  # what `pit mlflow sync` replays
     tracker = folder.start_tracking(args.mlflow, run_name, tags, params, state["mlflow_run_id"], logged)
     state["mlflow_run_id"] = tracker.run_id
+    tracker.log_datasets(run_datasets(params))  # mlflow.data: each token file's path and hash
     if d.main:
         folder.keep_metrics_until(start_step)
     return Run(
@@ -309,7 +310,7 @@ def fit(run: Run) -> tuple[bool, MetricsLog | None]:
     step_loss = loss_module(run)
     last_step = args.max_steps if args.stop_after_steps is None else min(args.max_steps, args.stop_after_steps)
     metrics = MetricsLog(run.folder.metrics_path, run.tracker, METRIC_KEYS, args.log_every) if d.main else None
-    bar = tqdm(
+    bar = progress_bar(
         range(run.start_step, last_step),
         initial=run.start_step,
         total=args.max_steps,

@@ -273,6 +273,7 @@ class RunFolder:
             tmp.write_text(json_text(summary))
             for path in (tmp, *(self.path / name for name in FINAL_ARTIFACTS if name != "summary.json")):
                 tracker.log_artifact(path)
+            tracker.log_checkpoint(self.path)
             tracker.finish()
         shutil.rmtree(self.path / "checkpoints", ignore_errors=True)
 

@@ -1,0 +1,83 @@
+"""`pit verify [TARGET...]`: rerun what a target needs in a scratch folder and compare with the recorded numbers.
+
+    pit verify results/tables/table2.md                 # rerun everything Table 2 needs, from the data on
+    pit verify results/tables/table2.md --from diagnose # reuse the recorded checkpoints: diagnostics + table
+    pit verify results/data/gpt2/train.bin              # the data stage: bit-exact
+
+The recorded results are this checkout's (made here or pulled with `pit share pull`); the rerun runs
+Snakemake on this checkout's workflow in a scratch folder (`--directory`), so nothing here changes. Each
+file the rerun wrote is compared with the recorded one: data files bit-exact, numbers within the
+tolerance of their kind (losses relative 1e-3, perplexities 1e-2, scores absolute 0.05, other metrics
+relative 1e-2 above 1e-6; pit/tracking/verify.py lists them and why). One line per number that differs;
+exit status 1 when any is out of tolerance, 0 otherwise. The profile is dvc.yaml's `vars.configfile`
+unless --configfile. Run from the checkout's root (docs/reproducibility.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from pathlib import Path
+
+from pit.errors import PitError
+from pit.tracking.share import tracked_profile
+from pit.tracking.verify import compare_trees, rerun
+
+
+def _scratch(args: argparse.Namespace, root: Path) -> Path:
+    if args.scratch is None:  # on the checkout's file system, so --from can link the recorded files
+        (root / ".snakemake").mkdir(exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="verify-", dir=root / ".snakemake"))
+    scratch = Path(args.scratch).resolve()
+    if scratch.exists() and any(scratch.iterdir()):
+        raise PitError(f"--scratch {args.scratch!r} holds files: expected a new or empty folder")
+    scratch.mkdir(parents=True, exist_ok=True)
+    return scratch
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    root = Path.cwd()
+    configfile = Path(args.configfile) if args.configfile else tracked_profile(root)
+    if not (root / configfile).is_file():
+        raise PitError(f"--configfile {str(configfile)!r} does not exist (expected a profile, e.g. config/config.yaml)")
+    scratch = _scratch(args, root)
+    try:
+        written = rerun(root, (root / configfile).resolve(), args.targets, scratch, args.rules, args.cores)
+        diffs, done, missing = compare_trees(root, scratch, written)
+    finally:
+        if args.scratch is None and not args.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+    for diff in diffs:
+        print(diff.line())
+    for rel in missing:
+        print(f"{rel}: not recorded in this checkout (nothing to compare)")
+    out = sum(not d.within for d in diffs)
+    where = f"; scratch folder {scratch}" if args.keep or args.scratch else ""
+    print(f"verified {len(done)} files: {len(diffs)} differences, {out} out of tolerance{where}")
+    return 1 if out else 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="rerun what a target needs in a scratch folder and compare with the recorded numbers",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("targets", nargs="*", metavar="TARGET", help="Snakemake targets (default: the whole pipeline)")
+    p.add_argument(
+        "--from",
+        dest="rules",
+        nargs="+",
+        default=[],
+        metavar="RULE",
+        help="rerun only these rules and what follows them, from the recorded outputs (e.g. diagnose)",
+    )
+    p.add_argument("--configfile", default=None, help="the profile (default: dvc.yaml's vars.configfile)")
+    p.add_argument(
+        "--scratch", default=None, help="the scratch folder, kept (default: a temporary one in .snakemake/, removed)"
+    )
+    p.add_argument("--keep", action="store_true", help="keep the temporary scratch folder")
+    p.add_argument("--cores", default="all", help="Snakemake --cores of the rerun (default: all)")
+    p.set_defaults(func=cmd_verify)

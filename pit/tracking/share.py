@@ -1,0 +1,118 @@
+"""`pit share push|pull`: the results of a pipeline run to a DVC remote and back, in one step each way.
+
+DVC records a stage's outputs (hashes in dvc.lock, files in .dvc/cache) only when `dvc repro` or `dvc commit`
+runs; the pipeline is run with Snakemake, so after it `dvc push` finds nothing of the new outputs in the cache
+("Everything is up to date"). A pulled clone has the files but not Snakemake's view of them: DVC writes them in no
+particular order (modification times do not follow the DAG) and there is no .snakemake/ metadata, so
+`snakemake -n` plans a full rerun; and the MLflow runs travel as results/mlflow/runs.jsonl, not as a store.
+
+- `push`: refuses while Snakemake has jobs left (the outputs would not match the code and config), then
+  `dvc commit --force` (records every stage's outputs in dvc.lock and the cache) and `dvc push`.
+- `pull`: `dvc pull`, then refuses unless `dvc status` is clean (the pulled outputs match this checkout's code and
+  config), then `snakemake --touch --forceall` (marks them up to date, in DAG order, with Snakemake's metadata) and
+  imports results/mlflow/runs.jsonl into the profile's MLflow store (`pit mlflow sync results/mlflow`).
+
+The profile is the one DVC tracks (`vars.configfile` in dvc.yaml). Commands run from the checkout's root.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from pit.errors import PitError
+from pit.tracking.transfer import EXPORT_FILE, import_runs
+
+LOCAL_PROFILE = "workflow/profiles/local"
+EXPORT = Path("results/mlflow") / EXPORT_FILE
+
+
+def tracked_profile(root: Path) -> Path:
+    """The config file DVC tracks: `configfile` under `vars` in dvc.yaml (docs/reproducibility.md)."""
+    dvc_yaml = root / "dvc.yaml"
+    if not dvc_yaml.is_file():
+        raise PitError(f"no dvc.yaml in {str(root)!r}; expected the root of a pit-repro checkout (run from there)")
+    for entry in yaml.safe_load(dvc_yaml.read_text()).get("vars", []):
+        if isinstance(entry, dict) and "configfile" in entry:
+            return Path(entry["configfile"])
+    raise PitError(f"{str(dvc_yaml)!r} names no profile: expected `configfile` under `vars`")
+
+
+def snakemake(root: Path, *args: str) -> subprocess.CompletedProcess:
+    """Snakemake (this interpreter's) on the checkout's workflow with the local profile and the tracked profile."""
+    cmd = [sys.executable, "-m", "snakemake", "--profile", LOCAL_PROFILE, "--configfile", str(tracked_profile(root))]
+    proc = subprocess.run([*cmd, *args], cwd=root, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
+        raise PitError(f"snakemake {' '.join(args)} failed: {' | '.join(tail)}")
+    return proc
+
+
+def pending_jobs(root: Path) -> int:
+    """How many jobs `snakemake -n` plans (0: every output is up to date)."""
+    out = snakemake(root, "-n")
+    text = out.stdout + out.stderr
+    if "Nothing to be done" in text:
+        return 0
+    total = re.search(r"^total\s+(\d+)", text, re.M)
+    return int(total[1]) if total else 1
+
+
+def _repo(root: Path):
+    """The DVC repository at `root` (the checkout root: dvc.yaml and .dvc/ there), else a PitError."""
+    from dvc.repo import Repo
+
+    tracked_profile(root)  # one line when root has no dvc.yaml
+    if not (root / ".dvc").is_dir():
+        raise PitError(f"no .dvc folder in {str(root)!r}; expected the root of a pit-repro checkout (a DVC repository)")
+    return Repo(str(root))
+
+
+def _dvc(what: str, call):
+    """A DVC API call; its errors are one line (PitError)."""
+    from dvc.exceptions import DvcException
+
+    try:
+        return call()
+    except DvcException as err:
+        raise PitError(f"dvc {what}: {' '.join(str(err).split())}") from None
+
+
+def push(root: Path, remote: str | None = None) -> dict:
+    """Record the pipeline's outputs and push them: {'pushed': files sent, 'lock_changed': dvc.lock differs from
+    git HEAD (commit it, or a clone pulls the old record)}."""
+    pending = pending_jobs(root)
+    if pending:
+        raise PitError(
+            f"snakemake -n plans {pending} jobs: the outputs are not up to date with this checkout's code and config; "
+            "run the pipeline first (snakemake --profile workflow/profiles/local)"
+        )
+    with _repo(root) as repo:
+        _dvc("commit", lambda: repo.commit(None, force=True))
+        pushed = _dvc("push", lambda: repo.push(remote=remote))
+    diff = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "dvc.lock"], cwd=root, capture_output=True)
+    return {"pushed": pushed, "lock_changed": diff.returncode != 0}
+
+
+def pull(root: Path, remote: str | None = None, uri: str | None = None) -> dict:
+    """Pull the outputs dvc.lock records, mark them up to date for Snakemake and import the MLflow runs:
+    {'fetched': files, 'imported': runs, 'present': runs already in the store}."""
+    with _repo(root) as repo:
+        result = _dvc("pull", lambda: repo.pull(remote=remote))
+        changed = _dvc("status", lambda: repo.status())
+    if changed:
+        raise PitError(
+            f"after the pull, dvc status lists {', '.join(sorted(changed))}: the pulled outputs do not match this "
+            "checkout's code or config (check out the commit that recorded dvc.lock); not marking them up to date"
+        )
+    snakemake(root, "--touch", "--forceall", "--cores", "1")
+    imported = present = 0
+    profile = yaml.safe_load((root / tracked_profile(root)).read_text()) or {}
+    settings = profile.get("mlflow") or {}
+    if settings.get("enabled", True) and (root / EXPORT).is_file():
+        imported, present = import_runs(root / EXPORT, uri or settings.get("tracking_uri"))
+    return {"fetched": result.get("stats", {}).get("fetched", 0), "imported": imported, "present": present}

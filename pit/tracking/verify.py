@@ -1,0 +1,258 @@
+"""`pit verify`: rerun what a target needs in a scratch folder and compare its numbers with the recorded ones.
+
+The recorded results are the checkout's own (made here, or pulled: `pit share pull`). The rerun is Snakemake on the
+checkout's workflow with `--directory SCRATCH`, so nothing of the checkout is touched: by default every job the
+target needs runs again from nothing; `--from RULE...` puts the recorded outputs the target needs into the scratch
+folder (hard links, modification times kept: the DAG order of a checkout that ran, or pulled with `pit share pull`)
+and reruns only those rules and what follows them (Snakemake's `--forcerun`): `--from diagnose` reruns the
+diagnostics of the recorded checkpoints and the table.
+
+Every file the rerun wrote is compared with the recorded file of the same path, by kind (`TOLERANCES`):
+- data (the corpus shards, tokenizers and token files: resources/, results/data/, results/tokenizers/):
+  bit-exact, by sha256; these are deterministic on any machine;
+- the numbers of JSON, JSON-lines and CSV files, by the name of their key or column: integers exact; losses and
+  cross-entropies (`*loss*`, `*_bits`) relative 1e-3; perplexities relative 1e-2 (exp of a loss); scores and
+  agreement fractions (pass@k, accuracy, `*agreement*`) absolute 0.05; every other number (interface metrics,
+  angles, gradients, KL, side effects) relative 1e-2 with an absolute floor of 1e-6 (PIT's structural zeros are
+  float noise around 1e-15); machine-dependent numbers (`runtime_s`, `time_s`, `tokens_per_s`, `peak_memory_mb`)
+  are not compared; text must be equal. Across CPUs, float32 training differs in the last bits of each step
+  (reduction order, vector width), which a few dozen steps amplify to ~1e-5 relative in a loss; the tolerances
+  leave a margin of two orders of magnitude and still catch a change of code, data or settings.
+- not compared: renderings of compared files (tables' .md/.tex/.html/.sha256, figures, REPORT.md), checkpoint
+  folders (their effect is in the losses, diagnostics and scores made from them), logs, run.json and the MLflow
+  export (run ids, times, commits), generated samples (their scores are compared).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from pit.errors import PitError
+from pit.io import read_jsonl, sha256_file
+from pit.tracking.summary import csv_rows
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """|rerun - recorded| <= abs + rel * |recorded| for the numbers whose key matches `pattern` (None: not compared)."""
+
+    kind: str
+    pattern: str
+    rel: float | None
+    abs: float | None
+
+
+TOLERANCES = (
+    Tolerance("machine", r"runtime_s|time_s|tokens_per_s|peak_memory_mb|.*_seconds|wall.*", None, None),
+    Tolerance("perplexity", r".*ppl.*", 1e-2, 0.0),
+    Tolerance("loss", r".*loss.*|.*_bits|.*bits_.*|ce_gap", 1e-3, 1e-6),
+    Tolerance("score", r".*pass_at_\d+.*|.*accuracy.*|.*agreement.*|.*exact_match.*", 0.0, 0.05),
+    Tolerance("metric", r".*", 1e-2, 1e-6),
+)
+DATA_PREFIXES = ("resources/", "results/data/", "results/tokenizers/")
+SKIP_PREFIXES = ("results/logs/", "results/mlflow/", "results/figures/", ".snakemake/", "mlruns/")
+SKIP_NAMES = re.compile(r"run\.json|REPORT\.md|mlflow\.db.*|.*\.samples\.jsonl")
+CHECKPOINTS = {"final", "merged", "adapter", "checkpoints"}
+NUMERIC_SUFFIXES = (".json", ".jsonl", ".csv")
+
+
+@dataclass
+class Difference:
+    """One number (or file) that differs between the record and the rerun."""
+
+    path: str
+    where: str
+    recorded: object
+    rerun: object
+    kind: str
+    within: bool
+
+    def line(self) -> str:
+        verdict = "within tolerance" if self.within else "OUT OF TOLERANCE"
+        if isinstance(self.recorded, float) and isinstance(self.rerun, float):
+            gap = abs(self.rerun - self.recorded)
+            rel = gap / abs(self.recorded) if self.recorded else math.inf
+            shown = f"recorded {self.recorded:.6g}, rerun {self.rerun:.6g} (diff {gap:.2g}, rel {rel:.2g})"
+        else:
+            shown = f"recorded {self.recorded!r}, rerun {self.rerun!r}"
+        return f"{self.path} {self.where}: {shown} [{self.kind}] {verdict}"
+
+
+def tolerance(key: str) -> Tolerance:
+    """The tolerance of a number named `key` (a JSON key or CSV column)."""
+    return next(t for t in TOLERANCES if re.fullmatch(t.pattern, key))
+
+
+def compare_number(key: str, recorded, rerun) -> tuple[str, bool] | None:
+    """(kind, within tolerance) when two values differ; None when they are equal or not compared."""
+    if recorded == rerun or (_nan(recorded) and _nan(rerun)):
+        return None
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (recorded, rerun))
+    if not numbers:
+        return "text", False
+    tol = tolerance(key)
+    if tol.rel is None:
+        return None
+    if isinstance(recorded, int) and isinstance(rerun, int):
+        return "count", False
+    return tol.kind, abs(rerun - recorded) <= tol.abs + tol.rel * abs(recorded)
+
+
+def _nan(value) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _leaves(value, where: str = "", key: str = ""):
+    """(location, key, value) of every leaf of a JSON value; `key` is the nearest dict key (a list keeps it)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(v, f"{where}.{k}" if where else str(k), str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _leaves(v, f"{where}[{i}]", key)
+    else:
+        yield where, key, value
+
+
+def _cell(text: str):
+    """A CSV cell as int, float or text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _records(path: Path) -> list[tuple[str, str, object]]:
+    """(location, key, value) of every value of a JSON, JSON-lines or CSV file."""
+    if path.suffix == ".csv":
+        out = []
+        for i, row in enumerate(csv.DictReader(csv_rows(path)), 1):
+            cells = {col: _cell(v) for col, v in row.items()}
+            name = " ".join(v[:24] for v in cells.values() if isinstance(v, str) and v)[:48]
+            out += [(f"row {i} ({name}) {col}", col, v) for col, v in cells.items()]
+        return out
+    if path.suffix == ".jsonl":
+        return [(f"line {i} {w}", k, v) for i, row in enumerate(read_jsonl(path), 1) for w, k, v in _leaves(row)]
+    return list(_leaves(json.loads(path.read_text())))
+
+
+def compare_file(rel: str, recorded: Path, rerun: Path) -> list[Difference]:
+    """The differences between a recorded file and its rerun, by the kinds above ([] when equal or not compared)."""
+    if rel.startswith(DATA_PREFIXES):
+        if sha256_file(recorded) == sha256_file(rerun):
+            return []
+        return [Difference(rel, "sha256", _short(recorded), _short(rerun), "data: bit-exact", False)]
+    ours, theirs = _records(recorded), _records(rerun)
+    if [k for _, k, _ in ours] != [k for _, k, _ in theirs]:  # other keys, columns or lengths
+        return [Difference(rel, "layout", f"{len(ours)} values", f"{len(theirs)} values", "text", False)]
+    out = []
+    for (where, key, a), (_, _, b) in zip(ours, theirs, strict=True):
+        verdict = compare_number(key, a, b)
+        if verdict is not None:
+            out.append(Difference(rel, where, a, b, *verdict))
+    return out
+
+
+def _short(path: Path) -> str:
+    return sha256_file(path)[:12]
+
+
+def compared(rel: str) -> bool:
+    """Whether a file of the rerun is compared (data, or numbers) rather than left out (see the module docstring)."""
+    parts = Path(rel).parts
+    if rel.startswith(SKIP_PREFIXES) or SKIP_NAMES.fullmatch(parts[-1]) or CHECKPOINTS & set(parts[:-1]):
+        return False
+    return rel.startswith(DATA_PREFIXES) or rel.endswith(NUMERIC_SUFFIXES)
+
+
+def compare_trees(recorded: Path, rerun: Path, files: list[str]) -> tuple[list[Difference], list[str], list[str]]:
+    """(differences, files compared, files with no record) of the rerun's `files` (paths relative to both roots)."""
+    diffs, done, missing = [], [], []
+    for rel in sorted(f for f in files if compared(f)):
+        if not (recorded / rel).is_file():
+            missing.append(rel)
+            continue
+        diffs += compare_file(rel, recorded / rel, rerun / rel)
+        done.append(rel)
+    return diffs, done, missing
+
+
+# --- the rerun ----------------------------------------------------------------------------------------------------
+
+JOB = re.compile(r"^\s*(?:local)?rule (\w+):\n(?:\s+\w+: .*\n)*?\s+output: (.*)\n", re.M)
+
+
+def _snakemake(root: Path, configfile: Path, directory: Path | None, *args: str) -> str:
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "workflow/profiles/local", "--configfile", str(configfile)]
+    if directory is not None:
+        cmd += ["--snakefile", str(root / "workflow" / "Snakefile"), "--directory", str(directory)]
+    proc = subprocess.run([*cmd, *args], cwd=root, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-8:]
+        raise PitError(f"snakemake {' '.join(args)} failed: {' | '.join(tail)}")
+    return proc.stdout + proc.stderr
+
+
+def target_jobs(root: Path, configfile: Path, targets: list[str]) -> dict[str, list[str]]:
+    """{rule: [outputs]} of every job the targets need (a dry run with --forceall in the checkout)."""
+    jobs: dict[str, list[str]] = {}
+    for rule, outputs in JOB.findall(_snakemake(root, configfile, None, "-n", "--forceall", *targets)):
+        jobs.setdefault(rule, []).extend(p.strip() for p in outputs.split(","))
+    if not jobs:
+        raise PitError(f"snakemake plans no job for {' '.join(targets)}: expected outputs of the workflow")
+    return jobs
+
+
+def _link(src: str, dst: str) -> None:
+    """A hard link (the rerun replaces files, never writes into them: pit writes atomically, Snakemake removes a
+    job's outputs first), else a copy; modification times are the recorded ones either way."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _seed(root: Path, scratch: Path, outputs: list[str]) -> None:
+    """The recorded outputs (files, folders) in the scratch folder, linked (`_link`)."""
+    for rel in outputs:
+        src, dst = root / rel, scratch / rel
+        if not src.exists():
+            raise PitError(f"{rel!r} is not recorded in this checkout: rerun without --from, or pull it first")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, dst, symlinks=True, copy_function=_link)
+        else:
+            _link(str(src), str(dst))
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    """{relative path: (mtime_ns, size)} of every file under `folder`."""
+    files = (p for p in folder.rglob("*") if p.is_file())
+    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.stat().st_size) for p in files}
+
+
+def rerun(root: Path, configfile: Path, targets: list[str], scratch: Path, rules: list[str], cores: str) -> list[str]:
+    """Rerun the targets in `scratch` (everything they need, or from `rules` on with the recorded inputs); the
+    files (relative paths) the rerun wrote."""
+    if rules:
+        jobs = target_jobs(root, configfile, targets)
+        unknown = sorted(set(rules) - set(jobs))
+        if unknown:
+            raise PitError(f"--from {' '.join(unknown)}: not a rule the targets need (they need: {', '.join(jobs)})")
+        _seed(root, scratch, [p for outputs in jobs.values() for p in outputs])
+    before = _snapshot(scratch)
+    force = ["--forcerun", *rules] if rules else []
+    _snakemake(root, configfile, scratch, "--cores", cores, *force, "--", *targets)
+    after = _snapshot(scratch)
+    return sorted(rel for rel, stat in after.items() if before.get(rel) != stat)
