@@ -2,14 +2,24 @@
 # One-step set-up for a fresh machine, into a virtual environment of this checkout (.venv; docs/install.md):
 # the pinned CPU PyTorch first (an unpinned torch would pull several GB of CUDA packages), then the project
 # (editable) and its pinned dependencies. Nothing is installed into the system interpreter, so two clones never
-# run each other's `pit`. Where this runs as root on Debian/Ubuntu it also installs system packages: Chromium for
-# the tests that render the HTML reports, bubblewrap, the sandbox of `pit evaluate`'s code samples
-# (docs/evaluation.md), and SLURM with munge, slurmdbd and MariaDB for the test that runs the workflow through a
-# real scheduler (tests/slurm_cluster.py starts its own daemons under a temporary folder; none is started here).
+# run each other's `pit`.
+# System packages (Debian/Ubuntu, as root only; otherwise a note says what is missing):
+#   - always: bubblewrap, the sandbox of `pit evaluate`'s code samples (docs/evaluation.md), which the pipeline runs;
+#   - with --test-system-packages only: what the test suite needs besides: Chromium for the tests that render the
+#     HTML reports, and SLURM with munge, slurmdbd and MariaDB for the test that runs the workflow through a real
+#     scheduler (tests/slurm_cluster.py starts its own daemons under a temporary folder; none is started here).
 # Idempotent: a second run only checks that everything is installed.
+#   bash scripts/setup.sh --test-system-packages   # also the tests' system packages (the README's test command)
 #   PYTHON=python3.12 bash scripts/setup.sh     # the interpreter the environment is made from (default python3)
 #   PIT_VENV=/elsewhere bash scripts/setup.sh   # another place for the environment (default .venv)
 set -euo pipefail
+TEST_PACKAGES=0
+for arg in "$@"; do
+    case "$arg" in
+        --test-system-packages) TEST_PACKAGES=1 ;;
+        *) echo "scripts/setup.sh: unknown argument $arg; expected --test-system-packages or nothing" >&2; exit 2 ;;
+    esac
+done
 cd "$(dirname "$0")/.."
 VENV=${PIT_VENV:-.venv}
 [ -x "$VENV/bin/python" ] || "${PYTHON:-python3}" -m venv "$VENV"
@@ -19,24 +29,27 @@ if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] 
 fi
 "$PY" -m pip install --quiet -c constraints.txt -e ".[dev]"
 if ! command -v chromium >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    if [ "$TEST_PACKAGES" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing Chromium (tests only: --test-system-packages)" >&2
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
     else
-        echo "note: chromium is not installed; the HTML-report rendering test needs it (apt-get install chromium)" >&2
+        echo "note: chromium is not installed; the HTML-report rendering tests need it (scripts/setup.sh --test-system-packages as root, or apt-get install chromium)" >&2
     fi
 fi
 if ! command -v bwrap >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing bubblewrap (the sandbox of pit evaluate's code samples)" >&2
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
     else
         echo "note: bubblewrap is not installed; pit evaluate then runs code samples without namespaces (apt-get install bubblewrap)" >&2
     fi
 fi
 if ! command -v slurmctld >/dev/null 2>&1 && ! [ -x /usr/sbin/slurmctld ]; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    if [ "$TEST_PACKAGES" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing SLURM, munge, slurmdbd and MariaDB (tests only: --test-system-packages)" >&2
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge slurmdbd \
             mariadb-server >/dev/null
     else
-        echo "note: SLURM is not installed; the scheduler test needs it (apt-get install slurm-wlm munge slurmdbd mariadb-server)" >&2
+        echo "note: SLURM is not installed; the scheduler test needs it (scripts/setup.sh --test-system-packages as root, or apt-get install slurm-wlm munge slurmdbd mariadb-server)" >&2
     fi
 fi

@@ -1,6 +1,6 @@
 """A single-node SLURM cluster on this machine for the tests (tests/test_slurm.py): Debian's slurm-wlm, slurmdbd
-and munge (scripts/setup.sh installs them where it runs as root), with a MariaDB for the accounting that `sacct`
-reads. Everything lives under one temporary folder and listens on 127.0.0.1 only: its own munge key and socket,
+and munge (`scripts/setup.sh --test-system-packages` installs them as root), with a MariaDB for the accounting that
+`sacct` reads. Everything lives under one temporary folder and listens on 127.0.0.1 only: its own munge key and socket,
 its own database, free ports, state and logs; `stop()` ends every daemon and waits for it.
 
     with SlurmCluster(tmp_path) as cluster:

@@ -293,7 +293,7 @@ def test_cli_tables_figures_report_and_an_independent_recomputation(results, tmp
     assert sorted(p.name for p in figs.iterdir()) == sorted(expected)
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in figs.iterdir())
     summary_lines = claims_summary(tmp_path / "tables")
-    assert summary_lines[0].startswith("## Summary") and "**Training**" in summary_lines[2]
+    assert summary_lines[0] == "## The paper's claims at this scale" and "**Training**" in summary_lines[2]
     assert (
         "Teacher mode: PIT reaches a lower loss (Fig. 4) (Figure 4 caption; Section 5.4): **supported**"
         in (summary_lines[2])

@@ -1,7 +1,9 @@
-"""What people read: runtimes formatted in the .md/.tex/.html tables; the figures' reading aids (prompts as typed,
-panels in size order, coinciding curves named, zero gains shown)."""
+"""What people read: runtimes formatted in the .md/.tex/.html tables, the paper's columns beside ours and each table's
+notes with it; the figures' reading aids (prompts as typed, panels in size order, coinciding curves named, zero gains
+shown, claims collapsed per claim and mode, an outlying arm on its own axis); REPORT.md's order and captions."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -47,3 +49,104 @@ def test_side_effects_figure_shows_points_when_every_gain_is_zero(tmp_path):
     image = np.asarray(Image.open(out).convert("RGB")).astype(int)
     orange = (abs(image[..., 0] - 255) < 40) & (abs(image[..., 1] - 127) < 40) & (image[..., 2] < 60)
     assert orange.sum() > 20, "the TT points (orange) are not drawn"
+
+
+def _seeds_table(values: dict):
+    """A per-seed table (pit.reporting.per_seed's columns) of one seed: (mode, slot, arm, metric) -> value, with the
+    lr, unigram entropy and ln V that every run carries."""
+    import pandas as pd
+
+    rows = []
+    for (mode, slot, arm, metric), value in values.items():
+        rows.append({"mode": mode, "slot": slot, "group": slot, "arm": arm, "seed": 0, "lora": "", "metric": metric,
+                     "value": value})  # fmt: skip
+    for mode, slot, arm in {k[:3] for k in values}:
+        for metric, value in (("lr", 1e-3), ("unigram_entropy", 6.0), ("log_vocab", 10.0)):
+            rows.append({"mode": mode, "slot": slot, "group": slot, "arm": arm, "seed": 0, "lora": "",
+                         "metric": metric, "value": value})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_claims_figure_draws_one_panel_per_claim_and_mode_and_names_all_zero_claims(tmp_path):
+    """Panels collapse the slots of a claim and mode onto one x axis (size order), label the unit, and a claim whose
+    every value is 0 is named instead of drawn; the figure is written."""
+    from pit.reporting.claims import Index, claims_from_seeds
+    from pit.reporting.figures import claim_panels, claim_ylabel, claims_group_figure
+
+    values = {}
+    for slot, base in (("1.3b", 4.0), ("256m", 5.0)):
+        for arm, extra in (("tt", 0.0), ("pit", 5.0), ("untied", 0.1)):
+            values[("teacher", slot, arm, "val_loss")] = base + extra
+            values[("scratch", "303m", arm, "spikes")] = 0.0
+    seeds = _seeds_table(values)
+    index, table = Index(seeds), claims_from_seeds(seeds)
+    panels, zero = claim_panels("training", table, index)
+    assert [(c.id, mode, [cell[0] for cell in cells]) for c, mode, cells in panels] == [
+        ("teacher_val_loss", "teacher", ["256m", "1.3b"])
+    ]
+    assert claim_ylabel(panels[0][0]) == "val loss (nats/token)" and zero == []
+    panels, zero = claim_panels("stability", table, index)
+    assert panels == [] and zero == ["Fewer loss spikes, per learning rate (scratch mode)"]
+    out = tmp_path / "claims_training.png"
+    claims_group_figure("training", *claim_panels("training", table, index), out, "test", seeded=False)
+    assert Image.open(out).size[0] > 300
+
+
+def test_an_arm_far_above_the_others_gets_its_own_axis():
+    """Teacher-mode PIT with T = I (near ln V) lies above the others by more than their spread; scratch-mode PIT,
+    whose curve starts where the others do, does not."""
+    from pit.reporting.figures import outlier_arms
+
+    teacher = {"tt": [4.9, 4.1, 4.6], "pit": [10.8, 10.6], "pit-head": [4.9, 4.0], "untied": [4.9, 4.2]}
+    assert outlier_arms(teacher) == ["pit"]
+    assert outlier_arms({"tt": [10.0, 6.5], "pit": [10.0, 9.7], "untied": [10.0, 6.6]}) == []
+
+
+def test_tables_put_paper_columns_beside_ours_and_carry_their_notes(tmp_path):
+    import pandas as pd
+
+    from pit.reporting.tables import paper_beside, write_table
+
+    df = pd.DataFrame({"mode": ["teacher"], "slot": ["256m"], "method": ["TT"], "train_loss": [4.5],
+                       "runtime_s": [6.5], "raw_cosine": [0.7], "paper_train_loss": [2.3], "paper_runtime_s": [5040.0],
+                       "paper_cosine": [0.1]})  # fmt: skip
+    assert list(paper_beside(df).columns) == ["mode", "slot", "method", "train_loss", "paper_train_loss",
+                                              "runtime_s", "paper_runtime_s", "raw_cosine", "paper_cosine"]  # fmt: skip
+    write_table(df, tmp_path / "table1", "table1", "test")
+    page = (tmp_path / "table1.html").read_text()
+    assert page.index("first_loss = training loss of the first step") < page.index("<table>")  # notes first
+    assert '<th class="paper">paper_train_loss</th>' in page
+    assert "first_loss = training loss of the first step" in (tmp_path / "table1.md").read_text()
+    assert json.loads((tmp_path / "table1.json").read_text())["notes"][0].startswith("first_loss = ")
+
+
+def test_report_opens_with_summary_and_provenance_and_captions_its_figures(tmp_path):
+    """REPORT.md: summary, provenance, what was run, then the tables (with their notes) and the figures (with the
+    HTML report's captions); REPORT.html embeds the figures. Models that end above the unigram entropy are said to
+    be worse than a unigram model, in plain words."""
+    import yaml
+
+    from pit.reporting.report import build_report, learned, report_html
+    from pit.reporting.tables import table3, write_table
+
+    root = Path(__file__).resolve().parent.parent
+    tables, figures = tmp_path / "tables", tmp_path / "figures"
+    write_table(table3(), tables / "table3", "table3", "default")
+    figures.mkdir()
+    Image.new("RGB", (8, 8), "white").save(figures / "figure3_scratch_loss.png")
+    config = json.loads(json.dumps(yaml.safe_load((root / "config/config.yaml").read_text()), sort_keys=True))
+    text = build_report(config, tables, figures, tmp_path / "REPORT.md", None, root / "workflow/report")
+    assert text.startswith("# PIT reproduction report: profile `default`\n\n## Summary\n")
+    order = ["## Summary", "Comparable with the paper: only Table 3", "## Provenance", "## What was run", "## Table 3",
+             "The XL row reads Eq. 17", "## Figures", "![figure3_scratch_loss](figures/figure3_scratch_loss.png)",
+             "*Figures 3 and 4: training loss against tokens seen"]  # fmt: skip
+    assert [text.index(x) for x in order] == sorted(text.index(x) for x in order)
+    slots = [line.split()[3] for line in text.splitlines() if line.startswith("- teacher slot")]
+    assert slots == ["256m:", "590m:", "1.3b:"]  # size order, not the sorted keys of the config the pipeline passes
+    page = report_html(text)
+    assert "<h2>Summary</h2>" in page and '<img src="figures/figure3_scratch_loss.png" alt="[figure figure3' in page
+    for slot, loss in (("303m", 6.5), ("613m", 7.0)):
+        run = tmp_path / "pretrain/scratch" / slot / "tt"
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps({"val_loss": loss}))
+    assert learned(tmp_path / "pretrain", "scratch", 6.3).startswith("- Every scratch-mode model ends worse than a")

@@ -79,13 +79,19 @@ def test_sampling_is_deterministic_under_seed(checkpoint, capsys):
 
 
 def test_chat_reads_prompts_until_eof(checkpoint, capsys, monkeypatch):
-    """One completion line per non-empty stdin line (greedy: the same text as `pit generate`)."""
+    """One turn per non-empty stdin line (greedy: the same text as `pit generate`), marked `>> Prompt:` /
+    `>> Reply:` as litgpt marks them; `--json` gives the same turns as JSON lines."""
     expected = [r["completion"] for r in pit_json(capsys, str(checkpoint), "--prompt", PROMPTS[0], "--prompt", "x =")]
-    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{PROMPTS[0]}\n\nx =\n"))
     capsys.readouterr()
-    assert main(["chat", str(checkpoint), "--max-new-tokens", "64"]) == 0
-    out = capsys.readouterr().out
-    assert out == "".join(f"{c}\n" for c in expected)
+    for flags in ([], ["--json"]):
+        monkeypatch.setattr(sys, "stdin", io.StringIO(f"{PROMPTS[0]}\n\nx =\n"))
+        assert main(["chat", str(checkpoint), "--max-new-tokens", "64", *flags]) == 0
+        out = capsys.readouterr().out
+        turns = list(zip([PROMPTS[0], "x ="], expected, strict=True))
+        if flags:
+            assert [json.loads(line) for line in out.splitlines()] == [{"prompt": p, "completion": c} for p, c in turns]
+        else:
+            assert out == "".join(f">> Prompt: {p}\n>> Reply: {c}\n" for p, c in turns)
 
 
 def test_model_card_says_what_to_import(checkpoint):

@@ -83,4 +83,4 @@ def test_jobs_run_snakemakes_own_pit_without_an_activated_environment(tmp_path):
     cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--snakefile", str(ROOT / "workflow/Snakefile"), target]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (tmp_path / target).read_text().startswith("model,paper_name,layers")
+    assert (tmp_path / target).read_text().startswith("model,layers,d_model,n_heads")

@@ -4,7 +4,7 @@ the resources of the config, the outputs equal a local run's, a training job kil
 `--rerun-incomplete` (resuming from its checkpoint) without redoing finished jobs, and a two-process torchrun
 training job submitted with sbatch matches the single-process run.
 
-    python3 -m pytest -q -n 0 tests/test_slurm.py      # alone (needs scripts/setup.sh run as root)
+    python3 -m pytest -q -n 0 tests/test_slurm.py      # alone (needs setup.sh --test-system-packages as root)
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ WALL_CLOCK = {"time_s", "tokens_per_s"}  # metrics.jsonl fields that measure the
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     missing = missing_programs()
-    assert not missing, f"SLURM test cluster: {missing} not installed; run scripts/setup.sh as root (Debian/Ubuntu)"
+    assert not missing, (
+        f"SLURM test cluster: {missing} not installed; run scripts/setup.sh --test-system-packages as root"
+    )
     with SlurmCluster(tmp_path_factory.mktemp("slurm")) as c:
         yield c
 

@@ -77,13 +77,13 @@ class DevTools:
         self.proc.wait()
 
 
-def report_entry_text(chromium: str, flags: list[str], url: str, entry: str) -> str:
-    """Open the Snakemake report, go to the Tables category, click the eye of `entry`'s row and return the text
-    of what opened (the report shows HTML results in an iframe)."""
+def report_entry_text(chromium: str, flags: list[str], url: str, entry: str, category: str = "Tables") -> str:
+    """Open the Snakemake report, go to `category`, click the eye of `entry`'s row and return the text of what
+    opened (the report shows HTML results in an iframe)."""
     browser = DevTools(chromium, flags, url)
     try:
-        click = "[...document.querySelectorAll('a')].find(a => a.textContent.trim() === 'Tables')"
-        browser.wait(lambda: browser.js(f"(a => a && (a.click(), true))({click})"), "the Tables category")
+        click = f"[...document.querySelectorAll('a')].find(a => a.textContent.trim() === {json.dumps(category)})"
+        browser.wait(lambda: browser.js(f"(a => a && (a.click(), true))({click})"), f"the {category} category")
         row = f"[...document.querySelectorAll('tr')].find(r => r.textContent.trim() === {json.dumps(entry)})"
         browser.wait(
             lambda: browser.js(f"(r => r && (r.querySelector('a[iconname=eye]').click(), true))({row})"), entry
@@ -216,6 +216,8 @@ def test_tables_figures_and_report(pipeline):
     vocab = json.loads((workdir / "results/pretrain/scratch/303m/tt/run.json").read_text())["params"]["vocab_size"]
     assert f"scratch slot 303m: `scratch-tiny` (trained from scratch; 2 layers, d = 64, V = {vocab:,}" in report
     assert "device cpu" in report and "only entries comparable with the paper" in report
+    assert report.startswith("# PIT reproduction report: profile `default`\n\n## Summary\n")
+    assert report.index("## Provenance") < report.index("## What was run") < report.index("## Table 1")
     assert "figures/figure3_scratch_loss.png" in report
 
 
@@ -227,7 +229,12 @@ def test_post_training_fills_table4_with_scores_gains_and_side_effects(pipeline)
         for kind in ("pit", "tt"):
             run = workdir / f"results/posttrain/{mode}/{slot}/{kind}"
             for sub in ("eval", "base"):
-                assert sorted(p.name for p in (run / "mbpp" / sub).glob("*.json")) == ["humaneval.json", "mbpp.json"]
+                assert sorted(p.name for p in (run / "mbpp" / sub).glob("*.json")) == [
+                    "humaneval.json",
+                    "humaneval.lm_eval.json",
+                    "mbpp.json",
+                    "mbpp.lm_eval.json",
+                ]
             fx = json.loads((run / "mbpp/side_effects.json").read_text())
             assert fx["kl"] > 0 and fx["embedding_change"] == 0.0
             if kind == "pit":
@@ -288,10 +295,11 @@ def test_html_report_renders_in_headless_chromium(pipeline_project, tmp_path):
         "figure4_teacher_loss.png",
         "interface_drift.png",
         "figure2_transition.png",
+        "REPORT.html",
     ):
         assert name in raw, name
     chromium = shutil.which("chromium")
-    assert chromium, "Chromium is required for this test (scripts/setup.sh installs Debian's chromium)"
+    assert chromium, "Chromium is required for this test (bash scripts/setup.sh --test-system-packages)"
     flags = [
         "--headless",
         "--no-sandbox",
@@ -311,7 +319,7 @@ def test_html_report_renders_in_headless_chromium(pipeline_project, tmp_path):
     body = re.sub(r"<script.*?</script>", "", dom.stdout[dom.stdout.find("<body") :], flags=re.S)
     text = re.sub(r"<[^>]+>", " ", body)
     assert "Tables" in text and "Figures" in text, "the report's result categories were not rendered"
-    assert "Read results/REPORT.md" in " ".join(text.split())
+    assert "Read the report first" in " ".join(text.split())
     assert "Uncaught" not in dom.stderr, [line for line in dom.stderr.splitlines() if "Uncaught" in line]
     shot = tmp_path / "report.png"
     subprocess.run(
@@ -329,6 +337,11 @@ def test_html_report_renders_in_headless_chromium(pipeline_project, tmp_path):
 
     text = report_entry_text(chromium, flags[:-3], html.as_uri(), "results/tables/table1.html")
     assert text.startswith("Table 1.") and "Profile: default" in text, text[:200]
+    flat = " ".join(text.split())  # the table's notes, as REPORT.md has them
+    assert "first_loss = training loss of the first step" in flat and "PIT-head (`t_init: power`" in flat, flat[:600]
+    text = report_entry_text(chromium, flags[:-3], html.as_uri(), "results/REPORT.html", "Report (read first)")
+    assert text.startswith("PIT reproduction report: profile default") and "Provenance" in text, text[:300]
+    assert text.index("Summary") < text.index("Provenance") < text.index("Table 1"), text[:300]
     table1 = pd.read_csv(workdir / "results/tables/table1.csv")
     for value in (*table1["val_loss"], *table1["first_loss"]):
         assert f"{value:.4g}" in text, (value, text[:500])

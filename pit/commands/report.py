@@ -1,7 +1,9 @@
-"""`pit report`: results/REPORT.md, the page a person reads first.
+"""`pit report`: results/REPORT.md, the page a person reads first, and REPORT.html beside it.
 
-It says what was run (profile, slots, interfaces, steps, tokens), then shows every table (ours
-beside the paper's) and links every figure, with the notes needed to read them.
+In reading order: a short summary (profile, what ran, what is comparable with the paper, the few findings),
+provenance, the paper's claims with their figures, what was run in detail, every table (ours beside the paper's)
+with its notes, every figure with its caption (from the HTML report's captions, workflow/report/*.rst).
+REPORT.html is the same page as HTML (the Snakemake HTML report shows it).
 """
 
 from __future__ import annotations
@@ -11,20 +13,25 @@ from pathlib import Path
 
 from pit.commands.common import read_config
 from pit.io import write_text
-from pit.reporting.report import build_report
+from pit.reporting.report import build_report, report_html
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     config = read_config(args.config, "--config")
     out = Path(args.out)
     runs = Path(args.runs) if Path(args.runs).is_dir() else None
-    write_text(out, build_report(config, Path(args.tables), Path(args.figures), out, runs))
-    print(f"report: {out}")
+    captions = Path(args.captions) if Path(args.captions).is_dir() else None
+    text = build_report(config, Path(args.tables), Path(args.figures), out, runs, captions)
+    write_text(out, text)
+    write_text(out.with_suffix(".html"), report_html(text))
+    print(f"report: {out} and {out.with_suffix('.html')}")
     return 0
 
 
 def register(sub) -> None:
-    p = sub.add_parser("report", help="write results/REPORT.md from the tables and figures", description=__doc__)
+    p = sub.add_parser(
+        "report", help="write results/REPORT.md (and .html) from the tables and figures", description=__doc__
+    )
     p.add_argument(
         "--config",
         required=True,
@@ -32,8 +39,13 @@ def register(sub) -> None:
     )
     p.add_argument("--tables", default="results/tables")
     p.add_argument("--figures", default="results/figures")
-    p.add_argument("--out", default="results/REPORT.md")
+    p.add_argument("--out", default="results/REPORT.md", help="REPORT.md; REPORT.html is written beside it")
     p.add_argument(
         "--runs", default="results/pretrain", help="pretraining run folders (model sizes, vocabulary, tokens)"
+    )
+    p.add_argument(
+        "--captions",
+        default="workflow/report",
+        help="the figures' captions, <name>.rst (the HTML report's); a figure without one gets none",
     )
     p.set_defaults(func=cmd_report)

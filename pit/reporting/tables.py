@@ -198,7 +198,10 @@ def _lora_record(task_dir: Path) -> tuple[dict, list[dict]]:
     NLL of both (nats/token; None in results written before it existed) and its in-domain gain (base - LoRA),
     the side effects; and the raw `pit evaluate` results it read."""
     task = task_dir.name
-    evals, base = ({f.stem: read_json(f) for f in (task_dir / sub).glob("*.json")} for sub in ("eval", "base"))
+    evals, base = (
+        {f.stem: read_json(f) for f in (task_dir / sub).glob("*.json") if f.stem.count(".") == 0}  # not *.lm_eval.json
+        for sub in ("eval", "base")
+    )
     if task not in evals or task not in base:
         raise PitError(f"{task_dir}: expected eval/{task}.json and base/{task}.json (run the evaluate rule)")
     evals = {t: evals[t] for t in _by_task_order(evals)}
@@ -328,6 +331,79 @@ TITLES = {
 }
 
 
+# the notes under each table: what a reader needs to read its columns (REPORT.md, .md, .html, .json sidecar)
+TABLE_NOTES = {
+    "table2": [
+        "`raw` compares the anchors of Eqs. 1-2 (B_in = E, B_out = pinv(W_out)); `polar` compares the "
+        "orthonormal polar factors of E and W_out^T, as Section 5.5 words it. PIT reads 0 in both because "
+        "pinv(T Z^T) = Z T^-1: these structural zeros are the only entries comparable with the paper.",
+        "An exactly tied TT (W_out = E^T) has principal angle 0 in both variants, so the paper's non-zero TT angles "
+        "(0.009-0.069 rad) come from neither reading, and its TT cosine and Procrustes values cannot be matched "
+        "either: raw Procrustes grows like the square of E's singular values (pinv(E^T) vs E), so our raw TT values "
+        "are on another scale. Do not read the TT columns against the paper's.",
+        "Principal angles are computed from the sine side in float64: an exactly consistent interface reads "
+        "about 1e-7 rad or below. The paper's PIT angles (3-5e-4 rad) are the resolution of arccos in FP32 near 1 "
+        "(arccos(1 - 6e-8) = 3.5e-4).",
+    ],
+    "table3": [
+        "The XL row reads Eq. 17 with q/o projections of width d = 1600 and key/value width d/4 = 400 (20 heads of "
+        "80, 5 KV heads): 1167.5M parameters, the paper's 1.17B. With 24 heads, d_head = floor(1600/24) = 66 gives "
+        "1164.9M, which rounds to 1.16B. These are parameter counts from the architecture, computed exactly.",
+    ],
+    "table4_scores": [
+        "Scores are in %: pass@1 from executing the unit tests in a sandbox (MBPP, HumanEval) and numeric exact "
+        "match of the final answer (GSM8K, SVAMP); the paper calls all four exact-match accuracy. Each LoRA is "
+        "evaluated in-domain (its own task) and out-of-domain.",
+        "At small scale every score above is 0, so a continuous measure sits beside it: `nll_<task>` (LoRA model) "
+        "and `base_nll_<task>` (its base) = teacher-forced NLL of the set's reference solutions given the same "
+        "prompts, in nats per reference token (pooled over the problems scored). Not a quantity of the paper. "
+        "Sets in `standin_data` are offline stand-ins, not the real benchmarks; `problems_<task>` = problems "
+        "scored in that set. One seed, no intervals.",
+    ],
+    "table4_side_effects": [
+        "`gain_<task>` = the in-domain score minus the base model's, in points; `nll_gain_<task>` = base minus "
+        "LoRA reference NLL in-domain (> 0: the LoRA made the references more likely).",
+        "Side effects (not defined as a number in the paper) are measured on held-out pretraining text: "
+        "`kl_<task>` = mean KL(p_before || p_after) of the next-token distributions (nats/token), "
+        "`val_loss_change_<task>` = validation loss after minus before, `interface_change_<task>` = relative "
+        "Frobenius change of E or W_out (0 when the interface is frozen). One seed, no intervals.",
+    ],
+    "table1": [
+        "first_loss = training loss of the first step; train_loss = mean of the last `final_loss_window` steps; "
+        "PPL = exp(loss). runtime_s sums the wall time of the optimizer steps only (no evaluation, checkpoints "
+        "or start-up; in seconds in the CSV, formatted here), on the machine REPORT.md's provenance names, which "
+        "other jobs shared; "
+        "paper_runtime_s is the paper's runtime in the same unit. One seed per arm, no intervals: differences "
+        "between arms carry no stated uncertainty.",
+        "Teacher mode: PIT with the paper's init (T = I, Z = polar factor of E0) replaces the teacher's head "
+        "W_out = E0^T = H U^T by U^T, so it starts far above the teacher (first_loss). PIT-head (`t_init: power`, "
+        "T = H / sigma^2 with sigma^2 moved into the final norm) keeps the teacher's head exactly and changes "
+        "only its input embedding (docs/models.md). Any early rise of the TT loss in teacher mode is data order: "
+        "the untied arm sees the same batches and rises the same way; it is not evidence about the interface.",
+        "The paper does not give its budget, learning rate or hardware: compare shapes and orderings, not "
+        "absolute values, unless the paper profile ran.",
+    ],
+}
+
+
+# what the notes say of uncertainty with one seed per arm -> what they say in a profile with `seeds`
+ONE_SEED = {
+    "One seed per arm, no intervals: differences between arms carry no stated uncertainty.": "One row per seed; "
+    "the claims table gives the paired intervals over seeds.",
+    "One seed, no intervals.": "One row per seed; the claims table gives the paired intervals over seeds.",
+}
+
+
+def table_notes(name: str, seeded: bool) -> list[str]:
+    """A table's notes (under the table in every format); a profile with `seeds` gets its rows per seed and its
+    intervals in the claims table."""
+    notes = TABLE_NOTES.get(name, [])
+    if seeded:
+        for one, many in ONE_SEED.items():
+            notes = [n.replace(one, many) for n in notes]
+    return notes
+
+
 def table_manifest(out_stem: str | Path) -> Path:
     """<stem>.sha256: the hashes of a table's files, written after them (`sha256sum -c` checks it)."""
     return Path(out_stem).with_suffix(".sha256")
@@ -384,25 +460,58 @@ def _shown(df: pd.DataFrame) -> pd.DataFrame:
     return shown
 
 
+def paper_beside(df: pd.DataFrame) -> pd.DataFrame:
+    """The columns with each `paper_<x>` right after ours: after `<x>`, else after the first `*_<x>` (table 2's
+    `raw_cosine` for `paper_cosine`); a paper column with no match of ours stays where it is. A wide table then
+    shows the paper's number beside ours instead of off-screen at the end."""
+    ours = [c for c in df.columns if not str(c).startswith("paper_")]
+    for paper in [c for c in df.columns if str(c).startswith("paper_")]:
+        x = str(paper).removeprefix("paper_")
+        match = next((c for c in ours if c == x), None) or next((c for c in ours if str(c).endswith(f"_{x}")), None)
+        where = ours.index(match) + 1 if match is not None else len(ours)
+        while where < len(ours) and str(ours[where]).startswith("paper_"):
+            where += 1  # after the paper columns already placed there
+        ours.insert(where, paper)
+    return df[ours]
+
+
+TABLE_CSS = (
+    "body{font:13px sans-serif;margin:8px}.wrap{overflow-x:auto;max-width:100%}table{border-collapse:collapse}"
+    "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;white-space:nowrap}"
+    "th{position:sticky;top:0;background:#f4f4f4}.paper{background:#eef4ff;color:#1f3f7a}"
+    "p.note{max-width:110ch;color:#333}"
+)
+
+
 def table_html(shown: pd.DataFrame, caption: str, notes: list[str]) -> str:
-    """<stem>.html: one self-contained page (the table the HTML report links to; browsers open it inline)."""
-    paragraphs = "".join(f"<p>{html.escape(n)}</p>\n" for n in notes)
+    """<stem>.html: one self-contained page (the table the HTML report opens inline): the caption, the notes
+    first (a reader sees them without scrolling past a wide table), then the table in a scrolling box, the paper's
+    columns shaded."""
+    cls = [' class="paper"' if str(c).startswith("paper_") else "" for c in shown.columns]
+    head = "".join(f"<th{k}>{html.escape(str(c))}</th>" for c, k in zip(shown.columns, cls, strict=True))
+    body = "".join(
+        "<tr>" + "".join(f"<td{k}>{html.escape(str(v))}</td>" for v, k in zip(row, cls, strict=True)) + "</tr>\n"
+        for row in shown.itertuples(index=False)
+    )
+    paragraphs = "".join(f'<p class="note">{html.escape(n).replace(chr(10), "<br>")}</p>\n' for n in notes)
     return (
         f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(caption)}</title>\n'
-        "<style>table{border-collapse:collapse;font:13px sans-serif}td,th{border:1px solid #ccc;padding:2px 6px;"
-        "text-align:right}</style></head>\n"
-        f"<body><p><b>{html.escape(caption)}</b></p>\n{shown.to_html(index=False, border=0)}\n"
-        f"{paragraphs}</body></html>\n"
+        f"<style>{TABLE_CSS}</style></head>\n<body><p><b>{html.escape(caption)}</b></p>\n{paragraphs}"
+        f'<div class="wrap"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody></table></div>\n'
+        "</body></html>\n"
     )
 
 
 def write_table(df: pd.DataFrame, out_stem: str | Path, name: str, profile: str, notes: list[str] = ()) -> None:
     """Write <stem>.csv (a plain table: header row, then values; numbers unformatted, runtimes in seconds),
     <stem>.json (caption, profile, notes, each column's type and unit), and for people <stem>.md, <stem>.tex and
-    <stem>.html (caption, formatted numbers), as one set: written to temporaries, renamed together, then
+    <stem>.html (caption, formatted numbers, the table's notes (`table_notes`) and `notes`; each `paper_*` column
+    beside ours), as one set: written to temporaries, renamed together, then
     <stem>.sha256 lists their hashes (pit.io.write_file_set). Temporaries of an earlier, killed `pit table` are
     removed first."""
     out_stem = Path(out_stem)
+    df = paper_beside(df)
+    notes = [*table_notes(name, "seed" in df.columns), *notes]
     shown = _shown(df)
     head = f"**{TITLES[name]}.** Profile: `{profile}`." + (
         " Columns `paper_*` are the paper's values." if any(str(c).startswith("paper_") for c in df.columns) else ""

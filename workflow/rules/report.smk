@@ -1,8 +1,9 @@
 """Tables, figures and the report (results/tables, results/figures, results/REPORT.md).
 
 Each table is one target: `snakemake --cores all results/tables/table2.md` rebuilds only what it
-needs. `snakemake --report results/report.html` collects the tables and figures with captions
-from workflow/report/.
+needs. `snakemake --report results/report.html` collects REPORT.html (category "Report (read first)"), the tables
+(each with its notes) and the figures with captions from workflow/report/; `pit report` reads the same captions
+(--captions workflow/report, its default: the workflow runs from the repository root).
 """
 
 
@@ -219,10 +220,16 @@ rule figure_stand_in_teachers:
 
 
 rule report_md:
+    """REPORT.md, and REPORT.html (the same page as HTML) as the HTML report's first item."""
     input:
         table_files() + figure_files(),
     output:
-        REPORT_FILE,
+        md=REPORT_FILE,
+        html=report(
+            REPORT_FILE.removesuffix(".md") + ".html",
+            caption="../report/report_md.rst",
+            category="Report (read first)",
+        ),
     log:
         log_path("report", "report_md"),
     conda:
@@ -230,4 +237,4 @@ rule report_md:
     params:
         config=json_arg(config),
     shell:
-        logged(f"pit report --config {{params.config}} --runs {PRETRAIN_ROOT} --out {{output}}")
+        logged(f"pit report --config {{params.config}} --runs {PRETRAIN_ROOT} --out {{output.md}}")
