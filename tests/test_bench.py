@@ -106,7 +106,17 @@ def test_json_schema_is_stable():
 
 def test_bf16_run_reads_mfu_against_a_given_peak():
     """The GPU code path on CPU: bf16 autocast steps, a bf16 GEMM, MFU also against --peak-tflops."""
-    run = pit_bench("--json", "--size", "tiny", "--rounds", "1", "--precision", "bf16", "--peak-tflops", "0.5")
+    bf16 = (
+        "--precision",
+        "bf16",
+        "--peak-tflops",
+        "0.5",
+        "--arms",
+        "pit,tt",
+        "--sections",
+        "train,reference,head_memory",
+    )
+    run = pit_bench("--json", "--size", "tiny", "--rounds", "1", *bf16)
     assert run.returncode == 0, run.stderr[-2000:]
     r = json.loads(run.stdout)
     assert (r["machine"]["precision"], r["machine"]["bf16_peak_flop_per_s"]) == ("bf16", 0.5e12)

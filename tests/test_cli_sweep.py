@@ -96,6 +96,8 @@ SWEEP = {
         (["--spec", js(TRAIN), "--out", "{T}/r", "--threads", "many"], "--threads"),
         (["--spec", js(TRAIN), "--out", "{T}/r", "--threads", "0"], "threads 0"),
         (["--spec", js(TRAIN)], "--out"),
+        (["--spec", js(TRAIN), "--set", "lr=fast", "--out", "{T}/r"], "--set 'lr=fast': train config: lr \"fast\""),
+        (["--config", "{T}/bad.yaml", "--out", "{T}/r"], "line 3, column 4"),
     ],
     "lora train": [
         (["--spec", js(LORA, rank=0), "--out", "{T}/l"], "rank 0"),
@@ -227,6 +229,29 @@ SWEEP = {
         (["--config-file", "{T}/none.json", "--out", "{T}/s.json"], "none.json"),
         (["--config-file", "{T}/bad.yaml", "--out", "{T}/s.json"], "line 3, column 4"),
         (["--config", "{}"], "--out"),
+    ],
+    "config check": [
+        (["{T}/none.yaml"], "config file none.yaml: No such file or directory"),  # shown relative to the cwd
+        (["{T}/bad.yaml"], "bad.yaml:3:4: YAML syntax error in the config"),
+        (["{T}/notman.json"], "invalid config at (top level)"),
+        ([], "FILE"),
+    ],
+    "convert": [
+        (["{T}/none", "{T}/out"], "cannot load teacher '{T}/none': no such folder"),
+        (["{T}/empty", "{T}/out"], "cannot load teacher '{T}/empty'"),
+        (["{T}/none", "{T}/out", "--t-power", "3"], "t_power 3.0"),
+        (["{T}/none", "{T}/out", "--t-init", "svd"], "--t-init"),
+    ],
+    "share push": [
+        ([], "no dvc.yaml in '{T}'"),
+        (["--remote"], "--remote"),
+    ],
+    "share pull": [
+        (["--remote", "x"], "no dvc.yaml in '{T}'"),
+    ],
+    "verify": [
+        (["results/tables/table2.md"], "no dvc.yaml in '{T}'"),
+        (["--from"], "--from"),
     ],
     "runs": [
         (["--uri", "sqlite:///{T}/none.db"], "no MLflow store at 'sqlite:///{T}/none.db'"),

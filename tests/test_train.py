@@ -319,7 +319,7 @@ def test_bad_input_fails_before_training(tiny_data, tmp_path):
     from pit.models import build_model
 
     build_model("scratch-tiny", InterfaceConfig(kind="tt"), vocab_size=50257).save_pretrained(tmp_path / "scratch")
-    with pytest.raises(PitError, match=r"expected a GPT-2-architecture causal LM"):
+    with pytest.raises(PitError, match=r"expected a plain causal LM of a supported family"):
         train(
             PretrainArgs.from_dict(spec(tiny_data, tok="gpt2", mode="teacher", model=str(tmp_path / "scratch"))),
             tmp_path / "c",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from pit.checkout import environment_mismatch
@@ -23,6 +24,7 @@ COMMANDS = {
     "evaluate": ("pit.commands.evaluate", "generate and score HumanEval, MBPP, GSM8K, SVAMP"),
     "diagnose": ("pit.commands.diagnose", "token-interface diagnostics of a checkpoint"),
     "side-effects": ("pit.commands.side_effects", "KL, loss change and interface change between two checkpoints"),
+    "convert": ("pit.commands.convert", "convert any supported transformers causal LM to a PIT/TT/untied interface"),
     "convert-check": ("pit.commands.convert_check", "initial loss and interface errors of each PIT teacher init"),
     "table": ("pit.commands.table", "build one of the paper's tables (Markdown, CSV, LaTeX)"),
     "figure": ("pit.commands.figure", "draw one of the paper's figures (PNG)"),
@@ -35,6 +37,9 @@ COMMANDS = {
     "mlflow": ("pit.commands.mlflow", "MLflow utilities (sync run folders to a store, log the summary run)"),
     "fixtures": ("pit.commands.fixtures", "offline stand-ins of the paper's hub inputs (FineWeb-Edu, teachers)"),
     "runs": ("pit.commands.runs", "table of the MLflow store's runs and their final metrics"),
+    "config": ("pit.commands.config", "check a workflow profile (YAML syntax, schema, run settings) in one line"),
+    "share": ("pit.commands.share", "push results to a DVC remote, or pull them ready for Snakemake and MLflow"),
+    "verify": ("pit.commands.verify", "rerun what a target needs in a scratch folder and compare with the record"),
 }
 
 
@@ -43,8 +48,20 @@ COMMANDS = {
 BAD_INPUT = (PitError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
+def version() -> str:
+    """The installed distribution's version, from its package metadata (pyproject.toml's `version`)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("pit-repro")
+    except PackageNotFoundError:  # the source folder on sys.path, not installed
+        return "unknown (not installed: pip install -e .)"
+
+
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pit", description="Pseudo-Inverse Tying: library and reproduction pipeline.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     for name, (module, help_text) in COMMANDS.items():
@@ -58,6 +75,8 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
+    if not sys.stderr.isatty():  # a log file (a workflow job): no carriage-return bars of the hub's downloads and
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' weight loading (pit/progress.py)
     reason = environment_mismatch()  # a workflow job run by another checkout's `pit` (docs/install.md)
     if reason:
         print(f"pit {args.command}: error: {reason}", file=sys.stderr)
