@@ -14,6 +14,7 @@ PIT = ROOT / "pit"
 LAYERS = {
     "pit.errors": 0,
     "pit.checkout": 1,  # which checkout runs: stdlib only
+    "pit.arms": 1,  # the names of a profile's arms: stdlib only
     "pit.progress": 1,  # tqdm, or plain lines in a log
     "pit.io": 1,  # io may raise PitError; it shares layer 1 with core, and neither imports the other
     "pit.core": 1,

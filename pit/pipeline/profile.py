@@ -3,6 +3,7 @@ schema cannot express. The workflow, the report and `pit config check` read a pr
 
 from __future__ import annotations
 
+from pit.arms import arm_kind, mode_arms
 from pit.pipeline.layout import (
     diagnostics_file,
     final_model,
@@ -20,18 +21,6 @@ CLAIM_GROUPS = ["interface", "training", "stability", "layerwise", "side_effects
 TABLES = ["claims", "table1", "table2", "table3", "table4_scores", "table4_side_effects"]  # claims: a verdict each
 ROLES = ("stand_in", "teacher", "scratch")  # whose data a run reads (pretrain.domains)
 ARM_KEYS = ("train", "seeds")  # the keys of an arm entry that are not `interface` overrides
-
-
-def arm_kind(arm: str) -> str:
-    """The interface kind of an arm: its name up to the first '-' (pit-head -> pit, tt-norewarm -> tt)."""
-    return arm.split("-", 1)[0]
-
-
-def mode_arms(interfaces: list[str], entries: dict) -> list[str]:
-    """The arms of a mode's slots in their order: each of `interfaces`, then right after it the mode's extra arms
-    (entries of `<mode>_arms` not named like an interface) of its kind."""
-    extra = [a for a in entries if a not in interfaces]
-    return [a for i in interfaces for a in [i, *(x for x in extra if arm_kind(x) == i)]]
 
 
 class Profile:

@@ -13,6 +13,7 @@ import os
 import re
 from pathlib import Path
 
+from pit.arms import mode_arms
 from pit.errors import PitError
 from pit.io import read_json
 from pit.reporting.tables import slot_key, table_notes  # noqa: F401  (table_notes: the notes each table carries)
@@ -125,14 +126,7 @@ def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
         f"`{corpus['name']}` ({corpus['source']}: `{where}`, at most {corpus.get('max_documents') or 'all'} "
         "documents)."
     ]
-    arms = {  # a mode's extra arms sit right after the arm of their kind, the prefix of their name (common.smk)
-        m: [
-            a
-            for i in p["interfaces"]
-            for a in [i, *(x for x in p.get(f"{m}_arms", {}) if x.split("-")[0] == i and x != i)]
-        ]
-        for m in ("teacher", "scratch")
-    }
+    arms = {m: mode_arms(p["interfaces"], p.get(f"{m}_arms", {})) for m in ("teacher", "scratch")}
     for mode, slots in (("teacher", p["teacher_slots"]), ("scratch", p["scratch_slots"])):
         for slot, entry in sorted(slots.items(), key=lambda kv: slot_key(kv[0])):  # in size order
             name, how = slot_model(mode, entry)
