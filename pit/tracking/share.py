@@ -42,13 +42,19 @@ def tracked_profile(root: Path) -> Path:
     raise PitError(f"{str(dvc_yaml)!r} names no profile: expected `configfile` under `vars`")
 
 
-def snakemake(root: Path, *args: str) -> subprocess.CompletedProcess:
-    """Snakemake (this interpreter's) on the checkout's workflow with the local profile and the tracked profile."""
-    cmd = [sys.executable, "-m", "snakemake", "--profile", LOCAL_PROFILE, "--configfile", str(tracked_profile(root))]
+def snakemake(
+    root: Path, *args: str, configfile: Path | None = None, directory: Path | None = None, tail: int = 5
+) -> subprocess.CompletedProcess:
+    """Snakemake (this interpreter's) on the checkout's workflow with the local profile and `configfile` (default: the
+    tracked profile), in `directory` (default: the checkout); a failure is a PitError with the last `tail` lines."""
+    cmd = [sys.executable, "-m", "snakemake", "--profile", LOCAL_PROFILE, "--configfile"]
+    cmd.append(str(configfile or tracked_profile(root)))
+    if directory is not None:
+        cmd += ["--snakefile", str(root / "workflow" / "Snakefile"), "--directory", str(directory)]
     proc = subprocess.run([*cmd, *args], cwd=root, capture_output=True, text=True)
     if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
-        raise PitError(f"snakemake {' '.join(args)} failed: {' | '.join(tail)}")
+        lines = (proc.stdout + proc.stderr).strip().splitlines()[-tail:]
+        raise PitError(f"snakemake {' '.join(args)} failed: {' | '.join(lines)}")
     return proc
 
 

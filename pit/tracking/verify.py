@@ -31,13 +31,12 @@ import math
 import os
 import re
 import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from pit.errors import PitError
 from pit.io import read_jsonl, sha256_file
+from pit.tracking.share import snakemake
 from pit.tracking.summary import csv_rows
 
 
@@ -194,13 +193,7 @@ JOB = re.compile(r"^\s*(?:local)?rule (\w+):\n(?:\s+\w+: .*\n)*?\s+output: (.*)\
 
 
 def _snakemake(root: Path, configfile: Path, directory: Path | None, *args: str) -> str:
-    cmd = [sys.executable, "-m", "snakemake", "--profile", "workflow/profiles/local", "--configfile", str(configfile)]
-    if directory is not None:
-        cmd += ["--snakefile", str(root / "workflow" / "Snakefile"), "--directory", str(directory)]
-    proc = subprocess.run([*cmd, *args], cwd=root, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-8:]
-        raise PitError(f"snakemake {' '.join(args)} failed: {' | '.join(tail)}")
+    proc = snakemake(root, *args, configfile=configfile, directory=directory, tail=8)
     return proc.stdout + proc.stderr
 
 
