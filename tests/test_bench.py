@@ -48,7 +48,7 @@ def test_json_schema_is_stable():
         "generate",
         "acceptance",
     }
-    assert r["schema"] == "pit-bench/3"
+    assert r["schema"] == "pit-bench/4"
     assert set(r["machine"]) == {
         "torch",
         "threads",
@@ -77,8 +77,12 @@ def test_json_schema_is_stable():
     assert all(
         set(row)
         == {"interface", "loss", "tokens", "vocab", "dim", "peak_mb", "ratio_to_naive", "loss_s", "time_ratio_to_naive"}
+        | {"loss_abs_diff_to_naive", "grad_rel_diff_to_naive"}
         for row in r["head_memory"]
     )
+    # ours equals naive in FP32 (value and the hidden states' gradient), with ignored rows
+    assert all(row["loss_abs_diff_to_naive"] < 1e-5 for row in r["head_memory"])
+    assert all(row["grad_rel_diff_to_naive"] < 1e-5 for row in r["head_memory"])
     assert [row["arm"] for row in r["generate"]] == ["pit", "tt", "untied"]
     assert all(
         set(row) == {"arm", "model", "layers", "vocab", "batch", "prompt", "new_tokens", "tokens_per_s"}
@@ -101,7 +105,7 @@ def test_json_schema_is_stable():
         "pit_over_tt_time_best_batch_v50257",
     }
     assert r["settings"]["compile"] is None and r["settings"]["sections"] == list(SECTIONS)
-    assert r["settings"]["arms"] == ["pit", "pit_trainable_z", "tt", "untied"]
+    assert r["settings"]["arms"] == ["pit", "pit_trainable_z", "tt", "untied"] and r["settings"]["vocabs"] == []
 
 
 def test_bf16_run_reads_mfu_against_a_given_peak():
@@ -140,6 +144,8 @@ def test_bf16_run_reads_mfu_against_a_given_peak():
         (["--batches", "0"], "bench batches [0]; expected integers >= 1"),
         (["--sections", "train,speed"], "bench sections ['train', 'speed']; expected some of ['train', "),
         (["--arms", "pit,tied"], "bench arms ['pit', 'tied']; expected some of ['pit', 'pit_trainable_z', "),
+        (["--size", "tiny", "--vocabs", "50257"], "bench vocabs [50257]; expected some of [1000] (the vocabularies of"),
+        (["--vocabs", "big"], "--vocabs 'big'; expected integers separated by commas"),
     ],
 )
 def test_bad_input_is_named(args, message, capsys):
@@ -172,10 +178,9 @@ def test_batch_sweep_reports_the_best_batch_and_pit_over_tt_there():
     """The 133M group at every batch of the sweep (here 1 layer, 2 x 16 and 3 x 16 tokens); acceptance picks the
     batch of PIT's best MFU and reads every arm's MFU and PIT/TT there."""
     assert SIZES["gpu"].sweep() == (8, 16, 32) and SIZES["tiny"].sweep() == (SIZES["tiny"].batch,)
-    size = Size(
-        256, (("scratch-133m", 0, 50257, ("pit", "tt")),), 2, 16, 2, 16, (1, 64, 4, 1000), (8, 50, 8), (1, 2, 2)
-    )
-    rows = train_section(size, 1, 1, 1, CPU_FP32, batches=(2, 3))
+    groups = (("scratch-133m", 0, 50257, ("pit", "tt")), ("scratch-133m", 0, 32000, ("pit", "tt")))
+    size = Size(256, groups, 2, 16, 2, 16, (1, 64, 4, 1000), (8, 50, 8), (1, 2, 2))
+    rows = train_section(size, 1, 1, 1, CPU_FP32, batches=(2, 3), vocabs=(50257,))  # the V = 32000 group left out
     assert [(row["arm"], row["batch"], row["tokens_per_step"]) for row in rows] == [
         ("pit", 2, 32),
         ("tt", 2, 32),

@@ -93,3 +93,28 @@ def test_cuda_training_step_does_not_sync_with_the_host(kind):
     assert all(torch.isfinite(loss).item() for loss in losses)
     after = [p.detach() for p in model.parameters() if p.requires_grad]
     assert any(not torch.equal(a, b) for a, b in zip(after, before)), "the steps must update the weights"
+
+
+def test_autocast_block_reads_bf16_and_fp32_is_untouched():
+    """Under bf16 autocast every projection of a scratch block reads a bf16 input (the normed input is cast once per
+    block, q and k stay bf16 through RoPE) and SDPA gets bf16 q, k, v; without autocast nothing changes (FP32)."""
+    model = build_model("scratch-tiny", KINDS["pit"], vocab_size=V, seed=0)
+    seen = []
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_hook(lambda m, args, out, name=name: seen.append((name, args[0].dtype)))
+    ids = torch.randint(0, V, (2, 9), generator=torch.Generator().manual_seed(0))
+    sdpa_dtypes, sdpa = [], torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, **kw):
+        sdpa_dtypes.append((q.dtype, k.dtype, v.dtype))
+        return sdpa(q, k, v, **kw)
+
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+        model(ids, use_cache=False)
+    assert seen and {dtype for _, dtype in seen} == {torch.bfloat16}, seen
+    assert sdpa_dtypes and set(sdpa_dtypes) == {(torch.bfloat16,) * 3}
+    seen.clear()
+    h32 = model.hidden_states(ids)[0]
+    assert {dtype for _, dtype in seen} == {torch.float32} and h32.dtype == torch.float32

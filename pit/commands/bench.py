@@ -2,7 +2,7 @@
 
 pit bench [--json] [--size default|tiny|gpu] [--rounds 3] [--repeats 1] [--layers 2] [--threads N]
           [--device cpu|cuda] [--precision fp32|bf16] [--peak-tflops X] [--compile [BACKEND]] [--batches 8,16,32]
-          [--sections train,reference,head_memory,generate] [--arms pit,pit_trainable_z,tt,untied]
+          [--sections train,reference,head_memory,generate] [--arms pit,pit_trainable_z,tt,untied] [--vocabs 50257]
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from pit.errors import PitError
 from pit.training import bench
 
 
-def _ints(text: str | None) -> tuple[int, ...]:
+def _ints(option: str, text: str | None) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(",")) if text else ()
     except ValueError:
-        raise PitError(f"--batches {text!r}; expected integers separated by commas, e.g. 8,16,32") from None
+        raise PitError(f"{option} {text!r}; expected integers separated by commas, e.g. 8,16,32") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,9 +35,10 @@ def run(args: argparse.Namespace) -> int:
             args.precision,
             args.peak_tflops,
             compile=args.compile,
-            batches=_ints(args.batches),
+            batches=_ints("--batches", args.batches),
             sections=tuple(args.sections.split(",")),
             arms=tuple(args.arms.split(",")),
+            vocabs=_ints("--vocabs", args.vocabs),
         )
     print(json.dumps(result, indent=2) if args.json else bench.to_text(result))
     return 0
@@ -88,5 +89,8 @@ def register(sub) -> None:
         "--arms",
         default=",".join(bench.ARMS),
         help=f"comma-separated subset of {','.join(bench.ARMS)}: the training arms timed in `train`",
+    )
+    p.add_argument(
+        "--vocabs", default=None, help="the `train` groups to time by vocabulary, e.g. 50257 (default: every group)"
     )
     p.set_defaults(func=run)

@@ -104,16 +104,20 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     p.scatter_add_(1, tc, torch.full_like(tc, -1, dtype=acc))  # p - onehot(y)
                     dgc = dg[s : s + chunk_size] if need_g else None
                     _chunk_gradients(p[:, :W], zc[:, :W], gc, wc, Mg, dgc, dMg, s == 0)
-        ctx.save_for_backward(dg, None if dMg is None else dMg[:V])
+        ctx.save_for_backward(dg, dMg)
+        ctx.vocab = V
         return loss / count
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_loss):
-        dg, dM = ctx.saved_tensors  # scaled in place: a second backward through the same graph fails loudly
-        for grad in (dg, dM):
-            if grad is not None:
-                grad.mul_(grad_loss)  # unconditionally: `grad_loss != 1` would be a host sync
+        # unconditionally scaled: `grad_loss != 1` would be a host sync. dg in place (a second backward through the
+        # same graph fails loudly); dM out of place: with a padded table it is a slice of dMg, and AOTAutograd
+        # (torch.compile) refuses an in-place change of a view that a custom function saved
+        dg, dMg = ctx.saved_tensors
+        if dg is not None:
+            dg.mul_(grad_loss)
+        dM = None if dMg is None else dMg[: ctx.vocab] * grad_loss
         return dg, dM, None, None, None, None
 
 

@@ -65,6 +65,8 @@ MODELS: dict[str, ScratchSpec | TeacherSpec] = {
     "gpt2-tiny": TeacherSpec(2, 64, 4, 256),
     "gpt2-tiny-m": TeacherSpec(3, 96, 4, 256),
     "gpt2-tiny-l": TeacherSpec(4, 128, 4, 256),
+    # ---- a GPT-2 stand-in teacher at GPT-2 small's shape, for one GPU (config/study-gpu.yaml) --------
+    "gpt2-small": TeacherSpec(12, 768, 12, 1024),  # 124M at V = 50257, 110M at V = 32000
 }
 
 TABLE3 = ["scratch-133m", "scratch-303m", "scratch-613m", "scratch-1.17b"]

@@ -114,8 +114,15 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype the block's matmuls run in: autocast's (bf16 on GPUs) when it is on, else x's own."""
+    return torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+
+
 class ParallelBlock(nn.Module):
-    """x + Attn(LN(x)) + MLP(LN(x))."""
+    """x + Attn(LN(x)) + MLP(LN(x)). Under autocast LN(x) is cast to the compute dtype once, here: autocast would
+    cast the same FP32 tensor again for each of the five projections that read it (the same values, five passes).
+    The residual stream x stays in the embedding's dtype (FP32)."""
 
     def __init__(self, cfg: PitScratchConfig, layer_idx: int):
         super().__init__()
@@ -124,7 +131,7 @@ class ParallelBlock(nn.Module):
         self.mlp = SwiGLU(cfg)
 
     def forward(self, x, cos, sin, mask=None, cache=None):
-        h = self.norm(x)
+        h = self.norm(x).to(compute_dtype(x))
         return x + self.attn(h, cos, sin, mask, cache) + self.mlp(h)
 
 
@@ -182,7 +189,8 @@ class PitForCausalLM(InterfaceLMMixin, PreTrainedModel, GenerationMixin):
             else:
                 position_ids = torch.arange(past, past + T, device=input_ids.device).expand(B, T)
         x = self.interface.embed(input_ids)
-        cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, x.dtype)
+        # angles in FP32, cos and sin in the compute dtype: q and k stay bf16 under autocast (no FP32 copies)
+        cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, compute_dtype(x))
         mask = None  # None: plain causal attention (SDPA's fast path)
         if (attention_mask is not None and not bool(attention_mask.all())) or (past > 0 and T > 1):
             keys = torch.arange(past + T, device=x.device)

@@ -2,7 +2,7 @@
 
     pit bench [--json] [--size default|tiny|gpu] [--rounds 3] [--repeats 1] [--layers 2] [--threads N]
               [--device cpu|cuda] [--precision fp32|bf16] [--peak-tflops X] [--compile [BACKEND]] [--batches 8,16,32]
-              [--sections train,reference,head_memory,generate] [--arms pit,pit_trainable_z,tt,untied]
+              [--sections train,reference,head_memory,generate] [--arms pit,pit_trainable_z,tt,untied] [--vocabs 50257]
 
 Sections (docs/performance.md has the method and the JSON keys):
 * `gemm_peak`: GEMM FLOP/s of an n x n `torch.mm` in the step's precision (FP32, or BF16 under `--precision
@@ -19,7 +19,8 @@ Sections (docs/performance.md has the method and the JSON keys):
 * `reference`: transformers' `GPT2LMHeadModel` (tied, its default attention, loss from `labels`) against
   our `PitGPT2LMHeadModel` with TT and with PIT, converted from it, at one GPT-2 configuration (size `gpu`:
   Cerebras-GPT-256M's shape) and with the same optimizer.
-* `head_memory`: peak memory and time of head + loss (forward + backward), naive vs chunked, PIT and TT.
+* `head_memory`: peak memory and time of head + loss (forward + backward), naive vs chunked (and on CUDA, where
+  installed, Liger-Kernel's and cut-cross-entropy's fused kernels), PIT and TT, with each one's distance from naive.
 * `generate`: greedy generation with the KV cache, tokens/s, per interface.
 
 Timing: arms of a group are interleaved over `rounds` after one warm-up call each; an arm's time is its
@@ -44,6 +45,7 @@ from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from pit.core.interfaces import InterfaceConfig, PITTying, TransposeTying
@@ -57,7 +59,7 @@ from pit.training.objective import NextTokenLoss
 from pit.training.optim import optimizer_update, param_groups
 from pit.training.runtime import resolve_device
 
-SCHEMA = "pit-bench/3"
+SCHEMA = "pit-bench/4"
 # Dense BF16 tensor-core peaks (FLOP/s, without sparsity) from NVIDIA's datasheets, matched in this order against
 # torch.cuda.get_device_name(); another GPU gets MFU against its measured GEMM only, unless --peak-tflops is given.
 BF16_PEAKS = (
@@ -299,12 +301,14 @@ def train_section(
     bench: Bench = CPU_FP32,
     batches: tuple[int, ...] = (),
     arms: tuple[str, ...] = tuple(ARMS),
+    vocabs: tuple[int, ...] = (),
 ) -> list[dict]:
-    """Every group of `size.train` (its arms among `arms`); the 133M groups once per batch of `batches` (default:
-    the size's sweep), scratch-tiny at its own batch. The models of a group are built once, timed at every batch."""
+    """Every group of `size.train` (its arms among `arms`, its vocabulary among `vocabs`; () = all); the 133M groups
+    once per batch of `batches` (default: the size's sweep), scratch-tiny at its own batch. The models of a group are
+    built once, timed at every batch."""
     out, device, batches = [], bench.target.device, batches or size.sweep()
     for name, depth, vocab, group_arms in size.train:
-        if not (timed := [arm for arm in group_arms if arm in arms]):
+        if not (timed := [arm for arm in group_arms if arm in arms]) or (vocabs and vocab not in vocabs):
             continue
         overrides = {} if depth is None else {"num_hidden_layers": depth or layers}
         models = {arm: build_model(name, ARMS[arm], vocab_size=vocab, seed=0, **overrides) for arm in timed}
@@ -369,31 +373,73 @@ def _peak_growth_mb(device: torch.device, start: float | None) -> float | None:
     return (peak - start) / 2**20
 
 
+def _compute_dtype(g: torch.Tensor) -> torch.dtype:
+    on = torch.is_autocast_enabled(g.device.type)
+    return torch.get_autocast_dtype(g.device.type) if on else g.dtype
+
+
+def _liger_loss(g, M, targets):
+    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+
+    g = g.to(_compute_dtype(g))
+    return liger_fused_linear_cross_entropy(g, M.to(g.dtype), targets, accum_dtype=torch.float32)
+
+
+def _cce_loss(g, M, targets):
+    from cut_cross_entropy import linear_cross_entropy as cce
+
+    g = g.to(_compute_dtype(g))
+    return cce(g, M.to(g.dtype), targets, filter_eps=None)  # no gradient filtering: exact, as ours
+
+
+HEAD_LOSSES = {  # head + loss implementations the head_memory section compares; the last two on CUDA, if installed
+    "naive": naive_linear_cross_entropy,
+    "chunked": linear_cross_entropy,
+    "liger": _liger_loss,  # Liger-Kernel's fused linear cross-entropy (Triton), FP32 weight-gradient accumulation
+    "cce": _cce_loss,  # Apple's cut-cross-entropy (Triton)
+}
+EXTERNAL_LOSSES = {"liger": "liger_kernel", "cce": "cut_cross_entropy"}
+
+
+def head_losses(device: torch.device) -> tuple[str, ...]:
+    """naive and ours everywhere; Liger's and CCE's fused kernels on CUDA where their packages are installed."""
+    from importlib.util import find_spec
+
+    external = [n for n, pkg in EXTERNAL_LOSSES.items() if device.type == "cuda" and find_spec(pkg) is not None]
+    return ("naive", "chunked", *external)
+
+
 def head_loss_probe(
     kind: str, loss: str, tokens: int, vocab: int, dim: int, device: str = "cpu", bf16: bool = False
-) -> tuple[float | None, float]:
+) -> tuple[float | None, float, float, np.ndarray]:
     """(MiB the memory grows by over head + loss forward and backward, seconds of one such call: best of 3
-    after the measured one). On CPU it runs in a fresh process (the resident set keeps freed memory)."""
+    after the measured one, the loss, the gradient of the hidden states as a NumPy array). On CPU it runs in a fresh
+    process (the resident set keeps freed memory)."""
     target = Target(torch.device(device), bf16)
     torch.manual_seed(0)
     iface = (PITTying if kind == "pit" else TransposeTying).from_scratch(vocab, dim).to(target.device)
     h = torch.randn(tokens, dim, device=target.device, requires_grad=True)
     targets = torch.randint(0, vocab, (tokens,), device=target.device)
-    fn = linear_cross_entropy if loss == "chunked" else naive_linear_cross_entropy
+    targets[::97] = -100  # some ignored rows, as LoRA's masked prompts
+    fn, value = HEAD_LOSSES[loss], []
 
     def call():
         with target.autocast():
             out = fn(*iface.head_input(h), targets)
         out.backward()
-        h.grad = None
+        value[:] = [out.item()]
 
     start = _peak_start(target.device)
     call()
     peak = _peak_growth_mb(target.device, start)
-    return peak, min(time_arms({"call": call}, 3, 1, target.sync).values())
+    grad, h.grad = h.grad.float().cpu().numpy(), None  # NumPy: a tensor cannot leave a finished worker
+    seconds = min(time_arms({"call": call}, 3, 1, target.sync).values())
+    return peak, seconds, value[0], grad
 
 
 def memory_section(size: Size, bench: Bench) -> list[dict]:
+    """Head + loss, forward and backward, of every implementation of `head_losses` against the naive one: peak
+    memory, time, and how far the loss and the hidden states' gradient are from the naive one's (same precision)."""
     tokens, vocab, dim = size.memory
     target, rows = bench.target, []
     args = (tokens, vocab, dim, str(target.device), target.bf16)
@@ -403,10 +449,10 @@ def memory_section(size: Size, bench: Bench) -> list[dict]:
                 loss: head_loss_probe(kind, loss, *args)
                 if target.device.type == "cuda"
                 else pool.submit(head_loss_probe, kind, loss, *args).result()
-                for loss in ("naive", "chunked")
+                for loss in head_losses(target.device)
             }
-            (naive_mb, naive_s) = probe["naive"]
-            for loss, (mb, seconds) in probe.items():
+            (naive_mb, naive_s, naive_loss, naive_grad) = probe["naive"]
+            for loss, (mb, seconds, value, grad) in probe.items():
                 rows.append(
                     {
                         "interface": kind,
@@ -418,6 +464,8 @@ def memory_section(size: Size, bench: Bench) -> list[dict]:
                         "ratio_to_naive": mb / naive_mb if mb is not None and naive_mb else None,
                         "loss_s": seconds,
                         "time_ratio_to_naive": seconds / naive_s,
+                        "loss_abs_diff_to_naive": abs(value - naive_loss),
+                        "grad_rel_diff_to_naive": float(np.linalg.norm(grad - naive_grad) / np.linalg.norm(naive_grad)),
                     }
                 )
     return rows
@@ -514,9 +562,12 @@ def acceptance(result: dict) -> dict:
     }
 
 
-def _check_settings(size, rounds, repeats, layers, precision, peak_tflops, batches, sections, arms) -> None:
+def _check_settings(size, rounds, repeats, layers, precision, peak_tflops, batches, sections, arms, vocabs) -> None:
     if size not in SIZES:
         raise PitError(f"bench size {size!r} is unknown; expected one of {sorted(SIZES)}")
+    known = sorted({vocab for _, _, vocab, _ in SIZES[size].train})
+    if set(vocabs) - set(known):
+        raise PitError(f"bench vocabs {list(vocabs)}; expected some of {known} (the vocabularies of size {size!r})")
     for key, value in (("rounds", rounds), ("repeats", repeats), ("layers", layers)):
         if value < 1:
             raise PitError(f"bench {key} {value}; expected an integer >= 1")
@@ -544,16 +595,18 @@ def run_bench(
     batches: tuple[int, ...] = (),
     sections: tuple[str, ...] = SECTIONS,
     arms: tuple[str, ...] = tuple(ARMS),
+    vocabs: tuple[int, ...] = (),
 ) -> dict:
     """The `sections`, in this order, in this process (CPU memory probes in child processes); a section left out
     gives an empty list. `precision` None = bf16 on CUDA, fp32 on CPU; `batches` () = the size's sweep; `arms`: the
-    training arms timed in `train` (the reference keeps its three)."""
-    _check_settings(size, rounds, repeats, layers, precision, peak_tflops, batches, sections, arms)
+    training arms timed in `train` (the reference keeps its three); `vocabs`: the `train` groups' vocabularies
+    (() = every group of the size)."""
+    _check_settings(size, rounds, repeats, layers, precision, peak_tflops, batches, sections, arms, vocabs)
     target = Target(resolve_device(device), precision == "bf16" or (precision is None and device.startswith("cuda")))
     bench, s = Bench(target, bf16_peak(target, peak_tflops), compile), SIZES[size]
     batches = tuple(batches) or s.sweep()
     with torch._dynamo.config.patch(recompile_limit=64):  # one compiled graph per arm and shape, one code object
-        train = train_section(s, layers, rounds, repeats, bench, batches, arms) if "train" in sections else []
+        train = train_section(s, layers, rounds, repeats, bench, batches, arms, vocabs) if "train" in sections else []
         reference = reference_section(s, rounds, repeats, bench) if "reference" in sections else []
     gemms = [r["gemm_flop_per_s"] for r in train + reference]
     result = {
@@ -569,7 +622,8 @@ def run_bench(
             "bf16_peak_flop_per_s": bench.peak,
         },
         "settings": {"size": size, "rounds": rounds, "repeats": repeats, "layers": layers, **asdict(s)}
-        | {"compile": compile, "batches": list(batches), "sections": list(sections), "arms": list(arms)},
+        | {"compile": compile, "batches": list(batches), "sections": list(sections), "arms": list(arms)}
+        | {"vocabs": list(vocabs)},
         "gemm_peak": {
             "n": s.gemm_n,
             "dtype": str(target.dtype).removeprefix("torch."),

@@ -1,0 +1,200 @@
+"""Where the 133M step's time goes on one GPU: one process, each part under a deadline, results as they come.
+
+    python benchmarks/gpu_probe.py OUT [--seconds 300]
+
+- `sdpa`: which fused attention kernel SDPA picks for the scratch family's grouped-query attention (12 query
+  heads, 3 key/value heads, head dim 64, bf16, 1024 tokens) with `enable_gqa=True` and with key/value heads
+  repeated to 12, and the forward + backward time of each;
+- `steps`: `pit train`'s step (pit.training.bench.TrainStep, bf16 autocast) of scratch-133m (16 layers, V = 50257),
+  TT, PIT and PIT with trainable Z, eager and with the loss module compiled, at 16 and 32 windows of 1024 tokens;
+  one variant with key/value heads repeated before SDPA (`expand_kv`);
+- `profile_*.txt`: the CUDA kernels of two steps (torch.profiler), eager and compiled PIT at batch 32;
+- `retraction`: PIT's polar retraction of a trainable Z (`after_optimizer_step`) alone;
+- `head_memory`: `pit bench`'s head + loss section at size gpu (naive, ours, Liger and CCE where installed).
+Writes OUT/probe.json after every measurement. Needs a CUDA GPU (`--cpu-smoke`: the same code on CPU, tiny).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import traceback
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+from pit.models import build_model, scratch
+from pit.training.bench import ARMS, SIZES, Bench, Target, TrainStep, bf16_peak, flops_per_token, memory_section
+from pit.training.objective import NextTokenLoss
+
+V, T, MODEL = 50257, 1024, "scratch-133m"
+PLAN = (  # (arm, batch, compiled, key/value heads repeated), most wanted first: the run stops at its deadline
+    ("tt", 32, False, False),
+    ("pit", 32, False, False),
+    ("tt", 32, True, False),
+    ("pit", 32, True, False),
+    ("pit", 32, False, True),
+    ("pit", 32, True, True),
+    ("tt", 32, True, True),
+    ("pit_trainable_z", 32, False, False),
+    "head_memory",
+    ("tt", 16, False, False),
+    ("pit", 16, False, False),
+)
+DEV = torch.device("cuda")
+
+
+def sync():
+    if DEV.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def expanded_forward(self, x, cos, sin, mask=None, cache=None):
+    """GatedGQA.forward with key/value heads repeated to the query heads before SDPA (no `enable_gqa`)."""
+    B, L, _ = x.shape
+    q = self.q_proj(x).view(B, L, self.n_heads, self.head_dim).transpose(1, 2)
+    k = self.k_proj(x).view(B, L, self.n_kv, self.head_dim).transpose(1, 2)
+    v = self.v_proj(x).view(B, L, self.n_kv, self.head_dim).transpose(1, 2)
+    q = q * cos + scratch.rotate_pairs(q) * sin
+    k = k * cos + scratch.rotate_pairs(k) * sin
+    rep = self.n_heads // self.n_kv
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    y = y.transpose(1, 2).reshape(B, L, self.n_heads * self.head_dim)
+    return self.o_proj(torch.sigmoid(self.gate).to(y.dtype) * y)
+
+
+def timed(fn, warm=3, n=10):
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(warm):
+        fn()
+    sync()
+    t1 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    sync()
+    return (time.perf_counter() - t1) / n, t1 - t0
+
+
+def sdpa_probe() -> dict:
+    from torch.nn.attention import SDPBackend
+
+    g = torch.Generator(device=DEV).manual_seed(0)
+    q = torch.randn(16, 12, T, 64, device=DEV, dtype=torch.bfloat16, generator=g, requires_grad=True)
+    k = torch.randn(16, 3, T, 64, device=DEV, dtype=torch.bfloat16, generator=g, requires_grad=True)
+    v = torch.randn_like(k, requires_grad=True)
+    out = {}
+    for name, gqa in (("enable_gqa", True), ("expanded", False)):
+
+        def run(gqa=gqa):
+            kk, vv = (k, v) if gqa else (k.repeat_interleave(4, 1), v.repeat_interleave(4, 1))
+            y = F.scaled_dot_product_attention(q, kk, vv, is_causal=True, enable_gqa=gqa)
+            y.sum().backward()
+
+        kk = k if gqa else k.repeat_interleave(4, 1)
+        choice = torch._fused_sdp_choice(q, kk, kk, is_causal=True, enable_gqa=gqa)
+        s, _ = timed(run)
+        out[name] = {"backend": SDPBackend(choice).name, "fwd_bwd_ms": s * 1e3}
+    return out
+
+
+def step_probe(arm: str, batch: int, compiled: bool, expand: bool, target: Target, peak: float, out: Path):
+    original = scratch.GatedGQA.forward
+    if expand:
+        scratch.GatedGQA.forward = expanded_forward
+    try:
+        torch.manual_seed(0)
+        model = build_model(MODEL, ARMS[arm], vocab_size=V, seed=0).to(DEV)
+        loss = NextTokenLoss(model)
+        torch._dynamo.reset()  # a new graph for every model: Dynamo's guards do not see the swapped forward
+        if compiled:
+            loss = torch.compile(loss, dynamic=False)
+        x = torch.randint(0, V, (batch, T + 1), device=DEV)
+        step = TrainStep(model, loss, x, target)
+        if DEV.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        seconds, warm = timed(step)
+        row = {
+            "arm": arm,
+            "batch": batch,
+            "compiled": compiled,
+            "expand_kv": expand,
+            "step_ms": seconds * 1e3,
+            "tokens_per_s": batch * T / seconds,
+            "warmup_s": warm,
+            "mfu_vs_peak": flops_per_token(model, T) * batch * T / seconds / peak,
+            "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if DEV.type == "cuda" else None,
+        }
+        if batch in (2, 32) and arm == "pit" and not expand:
+            with profile(activities=[ProfilerActivity.CUDA if DEV.type == "cuda" else ProfilerActivity.CPU]) as prof:
+                for _ in range(2):
+                    step()
+                sync()
+            name = f"profile_{'compiled' if compiled else 'eager'}_pit.txt"
+            table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=40, max_name_column_width=90)
+            (out / name).write_text(table)
+        if arm == "pit_trainable_z" and not compiled:
+            iface = model.interface
+            row["retraction_ms"] = timed(iface.after_optimizer_step)[0] * 1e3
+        return row
+    finally:
+        scratch.GatedGQA.forward = original
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--seconds", type=float, default=300)
+    ap.add_argument("--cpu-smoke", action="store_true", help="the same code on CPU at scratch-tiny, V = 1000, T = 64")
+    a = ap.parse_args(argv)
+    global V, T, MODEL, DEV
+    if a.cpu_smoke:
+        V, T, MODEL, DEV = 1000, 64, "scratch-tiny", torch.device("cpu")
+    a.out.mkdir(parents=True, exist_ok=True)
+    deadline = time.time() + a.seconds
+    target = Target(DEV, bf16=True)
+    peak = bf16_peak(target, None) or 989.4e12
+    res = {"device": target.name(), "torch": torch.__version__, "peak": peak, "steps": []}
+
+    def save():
+        (a.out / "probe.json").write_text(json.dumps(res, indent=1))
+
+    def attempt(key, fn):
+        if time.time() > deadline:
+            res.setdefault("skipped", []).append(key)
+            return None
+        try:
+            return fn()
+        except Exception:
+            res.setdefault("errors", {})[key] = traceback.format_exc()[-1500:]
+            return None
+        finally:
+            save()
+            if DEV.type == "cuda":
+                torch.cuda.empty_cache()
+
+    res["sdpa"] = attempt("sdpa", sdpa_probe)
+    print(json.dumps(res["sdpa"]), flush=True)
+    for item in PLAN:
+        if item == "head_memory":
+            size = SIZES["tiny"] if a.cpu_smoke else SIZES["gpu"]
+            res["head_memory"] = attempt("head_memory", partial(memory_section, size, Bench(target, peak)))
+            print(json.dumps(res["head_memory"]), flush=True)
+            continue
+        arm, batch, compiled, expand = item
+        batch = 2 if a.cpu_smoke else batch
+        probe = partial(step_probe, arm, batch, compiled, expand, target, peak, a.out)
+        row = attempt(f"{arm}-{batch}-{compiled}-{expand}", probe)
+        if row:
+            res["steps"].append(row)
+            print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+    save()
+
+
+if __name__ == "__main__":
+    main()
