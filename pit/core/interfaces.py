@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from pit.core.linalg import (
     at_least_fp32,
+    compute_dtype,
     gram,
     inverse_sqrt_minus_identity,
     polar,
@@ -308,8 +309,7 @@ class PITTying(TokenInterface):
         with _fp32_region(h.device):
             T = self.transform()
             g = at_least_fp32(h).to(T.dtype) @ T
-        if torch.is_autocast_enabled(h.device.type):
-            g = g.to(torch.get_autocast_dtype(h.device.type))
+        g = g.to(compute_dtype(g))  # the vocabulary GEMM in autocast's dtype while it is on; else g stays FP32
         return g, self.Z
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:

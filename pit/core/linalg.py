@@ -42,6 +42,12 @@ def at_least_fp32(t: torch.Tensor) -> torch.Tensor:
     return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
+def compute_dtype(t: torch.Tensor) -> torch.dtype:
+    """The dtype matmuls on t's device run in: autocast's (bf16 on GPUs) while it is on, else t's own."""
+    device = t.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else t.dtype
+
+
 def gram(Z: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
     """Z^T Z in float64, from FP32 products over row chunks summed in float64 (accurate and fast)."""
     G = torch.zeros(Z.shape[1], Z.shape[1], dtype=torch.float64, device=Z.device)

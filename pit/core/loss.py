@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from pit.core.linalg import compute_dtype
 from pit.errors import PitError
 
 CHUNK_SIZE = 1024  # rows of logits per chunk: 1024 x 50257 FP32 = 206 MB (GEMM speed: benchmarks/RESULTS.md)
@@ -138,8 +139,7 @@ def linear_cross_entropy(
     buffer whose rows are padded to 16."""
     if chunk_size < 1:
         raise PitError(f"chunk_size {chunk_size}; expected an integer >= 1")
-    if torch.is_autocast_enabled(g.device.type):
-        g = g.to(torch.get_autocast_dtype(g.device.type))
+    g = g.to(compute_dtype(g))
     pad = (g.is_cuda or torch.compiler.is_compiling()) if pad_table is None else pad_table
     if not pad and M.dtype != g.dtype:
         M = M.to(g.dtype)  # a padded table is cast while it is copied (`_gemm_table`)

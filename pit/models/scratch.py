@@ -24,6 +24,7 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from pit.core.interfaces import InterfaceConfig, TokenInterface, make_interface
+from pit.core.linalg import compute_dtype
 from pit.models.base import InterfaceEmbedding, InterfaceHead, InterfaceLMMixin
 
 
@@ -112,11 +113,6 @@ class SwiGLU(nn.Module):
 
     def forward(self, x):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-def compute_dtype(x: torch.Tensor) -> torch.dtype:
-    """The dtype the block's matmuls run in: autocast's (bf16 on GPUs) when it is on, else x's own."""
-    return torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
 
 
 class ParallelBlock(nn.Module):

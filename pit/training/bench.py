@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from pit.core.interfaces import InterfaceConfig, PITTying, TransposeTying
+from pit.core.linalg import compute_dtype
 from pit.core.loss import linear_cross_entropy, naive_linear_cross_entropy
 from pit.errors import PitError
 from pit.models import build_model, convert_teacher, gpt2_config
@@ -373,22 +374,17 @@ def _peak_growth_mb(device: torch.device, start: float | None) -> float | None:
     return (peak - start) / 2**20
 
 
-def _compute_dtype(g: torch.Tensor) -> torch.dtype:
-    on = torch.is_autocast_enabled(g.device.type)
-    return torch.get_autocast_dtype(g.device.type) if on else g.dtype
-
-
 def _liger_loss(g, M, targets):
     from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
-    g = g.to(_compute_dtype(g))
+    g = g.to(compute_dtype(g))
     return liger_fused_linear_cross_entropy(g, M.to(g.dtype), targets, accum_dtype=torch.float32)
 
 
 def _cce_loss(g, M, targets):
     from cut_cross_entropy import linear_cross_entropy as cce
 
-    g = g.to(_compute_dtype(g))
+    g = g.to(compute_dtype(g))
     return cce(g, M.to(g.dtype), targets, filter_eps=None)  # no gradient filtering: exact, as ours
 
 
