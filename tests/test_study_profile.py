@@ -137,3 +137,24 @@ def test_seeded_reports_do_not_say_one_seed():
         assert any("One seed" in n for n in table_notes(name, seeded=False))
         seeded = table_notes(name, seeded=True)
         assert not any("One seed" in n for n in seeded) and any("intervals over seeds" in n for n in seeded)
+
+
+def test_gpu_study_plans_every_arm_at_realistic_width_and_a_seed_zero_slice(tmp_path):
+    """config/study-gpu.yaml (docs/study.md, "On one GPU"): 3 arms x 2 modes x 3 seeds at the Table 3 width on CUDA,
+    batches of 32 windows of 1024, one BPE of 32,000 shared by both modes; with `seeds: [0]` laid over it (the slice
+    scripts/gpu_check.sh runs) one seed of each."""
+    gpu = ROOT / "config/study-gpu.yaml"
+    full = snakemake(tmp_path, "-n", "-p", "--configfile", str(gpu), "--cores", "1").stdout
+    (tmp_path / "seed0.yaml").write_text("seeds: [0]\n")
+    slice_ = snakemake(tmp_path, "-n", "--configfile", str(gpu), str(tmp_path / "seed0.yaml"), "--cores", "1").stdout
+    assert job_counts(full)["pretrain"] == 18 and job_counts(slice_)["pretrain"] == 6
+    assert job_counts(full)["pretrain_stand_in_teacher"] == job_counts(slice_)["pretrain_stand_in_teacher"] == 1
+    specs = [yaml.safe_load(s) for s in re.findall(r"--spec '(\{.*?\})'", full) if '"run_name"' in s]
+    runs = {s["run_name"]: s for s in specs if s["run_name"].startswith(("teacher-", "scratch-", "stand-in-"))}
+    assert len(runs) == 19
+    for spec in runs.values():
+        assert (spec["device"], spec["precision"], spec["seq_len"]) == ("cuda", "auto", 1024)
+        assert spec["global_batch_tokens"] == 32 * 1024 and spec["micro_batch_size"] == 32
+        assert spec["train_data"].startswith("results/data/bpe32k/")  # one BPE for both modes and the stand-in
+    assert {s.get("model") for n, s in runs.items() if n.startswith("scratch-")} == {"scratch-133m"}
+    assert runs["stand-in-teacher-124m"]["model"] == "gpt2-small"
