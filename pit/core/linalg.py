@@ -43,9 +43,11 @@ def at_least_fp32(t: torch.Tensor) -> torch.Tensor:
 
 
 def compute_dtype(t: torch.Tensor) -> torch.dtype:
-    """The dtype matmuls on t's device run in: autocast's (bf16 on GPUs) while it is on, else t's own."""
+    """The dtype matmuls on t's device run in: autocast's (bf16 on GPUs) while it is on, else t's own (also on
+    devices without autocast, such as `meta`)."""
     device = t.device.type
-    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else t.dtype
+    on = torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)
+    return torch.get_autocast_dtype(device) if on else t.dtype
 
 
 def gram(Z: torch.Tensor, chunk: int = 8192) -> torch.Tensor:

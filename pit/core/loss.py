@@ -112,13 +112,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_loss):
-        # unconditionally scaled: `grad_loss != 1` would be a host sync. dg in place (a second backward through the
-        # same graph fails loudly); dM out of place: with a padded table it is a slice of dMg, and AOTAutograd
-        # (torch.compile) refuses an in-place change of a view that a custom function saved
+        # unconditionally scaled: `grad_loss != 1` would be a host sync. In place (a second backward through the
+        # same graph fails loudly), except a padded table's dM: a slice of dMg, whose in-place change AOTAutograd
+        # (torch.compile, CUDA) refuses in a custom function's backward; it is scaled into a new tensor
         dg, dMg = ctx.saved_tensors
         if dg is not None:
             dg.mul_(grad_loss)
-        dM = None if dMg is None else dMg[: ctx.vocab] * grad_loss
+        if dMg is None or dMg.shape[0] == ctx.vocab:
+            dM = None if dMg is None else dMg.mul_(grad_loss)
+        else:
+            dM = dMg[: ctx.vocab] * grad_loss
         return dg, dM, None, None, None, None
 
 
