@@ -21,7 +21,9 @@
 # Settings (environment): PYTHON (default .venv/bin/python where it exists, else python3); GPU_CHECK_TEST_S,
 # GPU_CHECK_EAGER_S, GPU_CHECK_COMPILE_S, GPU_CHECK_STUDY_S (timeouts in seconds: 100, 200, 200, 240);
 # GPU_CHECK_WHEELS (a folder of wheels to install first, default .whl); GPU_CHECK_EAGER_ARGS and
-# GPU_CHECK_COMPILE_ARGS (extra `pit bench` arguments; the compiled run's replace its defaults).
+# GPU_CHECK_COMPILE_ARGS (extra `pit bench` arguments; the compiled run's replace its defaults); GPU_CHECK_SKIP
+# (steps to leave out, comma-separated: tests, bench_eager, bench_compiled, study), so the checks can be split over
+# two calls where one call's time limit is shorter than all of them.
 # Exit status: 0 when every step passed, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -69,9 +71,15 @@ export PYTHONPATH="$SHIM:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 : >"$DEST/steps.tsv"
+SKIP=",${GPU_CHECK_SKIP:-},"
 run_step() {  # name, timeout (s), stdout file ('-': the log), command...
     local name=$1 limit=$2 out=$3 start rc
     shift 3
+    if [[ $SKIP == *",$name,"* ]]; then
+        echo "== $name: skipped (GPU_CHECK_SKIP)" >&2
+        printf '%s\tskipped\t0\t%s\n' "$name" "$limit" >>"$DEST/steps.tsv"
+        return
+    fi
     [[ "$out" == "-" ]] && out="$DEST/$name.log"
     echo "== $name (limit ${limit}s): $*" >&2
     start=$(date +%s%N)
@@ -118,7 +126,7 @@ STUDY=("$PY" -m snakemake --configfile config/study-gpu.yaml "$DEST/seed0.yaml" 
     --scheduler greedy)
 [[ $SMOKE == 1 ]] && STUDY+=(-n)
 run_step study "${GPU_CHECK_STUDY_S:-240}" - "${STUDY_ENV[@]}" "${STUDY[@]}"
-if [[ $SMOKE == 0 ]]; then
+if [[ $SMOKE == 0 && $SKIP != *",study,"* ]]; then
     mkdir -p "$DEST/study"
     cp -r results/tables results/REPORT.md "$DEST/study/" 2>/dev/null
 fi
@@ -133,6 +141,9 @@ dest, smoke = Path(sys.argv[1]), sys.argv[2] == "1"
 steps = {}
 for line in (dest / "steps.tsv").read_text().splitlines():
     name, rc, ms, limit = line.split("\t")
+    if rc == "skipped":
+        steps[name] = {"exit": None, "skipped": True, "seconds": 0.0, "timed_out": False, "limit_s": int(limit)}
+        continue
     steps[name] = {"exit": int(rc), "seconds": round(int(ms) / 1000, 1), "timed_out": rc in ("124", "137"),
                    "limit_s": int(limit)}
 tests = None
@@ -157,7 +168,7 @@ def bench(name):
 
 summary = {"mode": "cpu-smoke" if smoke else "gpu", "env": json.loads((dest / "env.json").read_text() or "{}"),
            "steps": steps, "tests": tests, "bench": {k: bench(k) for k in ("eager", "compiled")}}
-summary["ok"] = all(s["exit"] == 0 for s in steps.values())
+summary["ok"] = all(s["exit"] == 0 for s in steps.values() if not s.get("skipped"))
 (dest / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 pct = lambda x: "-" if x is None else f"{x:.1%}"
@@ -166,12 +177,14 @@ env = summary["env"]
 md = [f"# gpu_check ({summary['mode']}): {'all steps passed' if summary['ok'] else 'FAILED'}", "",
       f"{env.get('device')}, torch {env.get('torch')}, CUDA {env.get('cuda')}, Python {env.get('python')}", "",
       "| step | exit | seconds | limit |", "|---|---|---|---|"]
-md += [f"| {n} | {s['exit']}{' (timeout)' if s['timed_out'] else ''} | {s['seconds']} | {s['limit_s']} |"
-       for n, s in steps.items()]
+md += [f"| {n} | {'skipped' if s.get('skipped') else s['exit']}{' (timeout)' if s['timed_out'] else ''} | "
+       f"{s['seconds']} | {s['limit_s']} |" for n, s in steps.items()]
 if tests:
     md += ["", f"tests: {tests['tests']} run, {tests['failures']} failed, {tests['errors']} errors, "
            f"{tests['skipped']} skipped"] + [f"- FAILED {t}" for t in tests["failed"]]
 for name, b in summary["bench"].items():
+    if steps.get(f"bench_{name}", {}).get("skipped"):
+        continue
     if b is None:
         md += ["", f"## bench {name}: no result (see bench_{name}.log)"]
         continue

@@ -128,7 +128,7 @@ def test_bf16_autocast_keeps_transform_in_fp32_and_logits_close():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = iface.logits(h)
         emb = iface.embed(ids)
-    assert emb.dtype == torch.float32, "the embedding (triangular solves) must stay FP32 under autocast"
+    assert emb.dtype == torch.float32, "the embedding (z T^-1) must stay FP32 under autocast"
     assert torch.isfinite(logits).all()
     rel = (logits.float() - ref_logits).norm() / ref_logits.norm()
     assert rel < 1e-2

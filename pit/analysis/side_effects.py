@@ -65,7 +65,7 @@ def next_token_side_effects(
 def interface_side_effects(before, after) -> dict:
     """Delta_TI of both models and the relative change of E and W_out (float64); the Table 2
     metrics of both only when the interface moved (a frozen one reads as `pit diagnose` says).
-    Each model's E and W_out are materialised once (for PIT two V x d triangular solves)."""
+    Each model's E and W_out are materialised once (for PIT Z T^-1 and T Z^T)."""
     (E0, W0), (E1, W1) = (interface_matrices(m) for m in (before, after))  # as trained, as model_delta_ti
     out = {"delta_ti_before": metrics.delta_ti(E0, W0), "delta_ti_after": metrics.delta_ti(E1, W1)}
     out["delta_ti_change"] = out["delta_ti_after"] - out["delta_ti_before"]

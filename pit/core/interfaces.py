@@ -4,7 +4,7 @@ Three interfaces share one contract (`TokenInterface`):
 
 * `PITTying`: Pseudo-Inverse Tying (paper Section 4). A shared memory Z (V x d, Z^T Z = I_d)
   and an SPD transform T = L L^T (L lower-triangular, diag(L) = exp(l)) give
-      E = Z T^{-1}            (embedding, Eq. 4 and 13: two triangular solves with L)
+      E = Z T^{-1}            (embedding, Eq. 4 and 13; T^{-1} = L^{-T} L^{-1} from one d x d triangular solve)
       W_out = T Z^T           (output projection, Eq. 4 and 11-12: logits = (h T) Z^T)
   so W_out E = T Z^T Z T^{-1} = I_d exactly (Eq. 6). Neither E nor W_out is materialised in
   the forward pass; all T/L arithmetic runs in FP32, also under autocast.
@@ -118,6 +118,12 @@ def _check_ids(ids: torch.Tensor) -> None:
         raise PitError(f"token ids have dtype {ids.dtype}; expected an integer tensor (int64 or int32)")
 
 
+def _inverse_from_cholesky(L: torch.Tensor) -> torch.Tensor:
+    """T^{-1} = L^{-T} L^{-1} from the Cholesky factor L of T (lower-triangular, positive diagonal)."""
+    L_inv = torch.linalg.solve_triangular(L, torch.eye(L.shape[0], dtype=L.dtype, device=L.device), upper=False)
+    return L_inv.T @ L_inv
+
+
 def _fp32_region(device: torch.device):
     """Context in which autocast is off, so T/L work stays in FP32."""
     return torch.autocast(device_type=device.type, enabled=False)
@@ -199,7 +205,7 @@ class PITTying(TokenInterface):
         self.diag_clamp = diag_clamp
         self.retraction_eps = retraction_eps
         self.t_scale = t_scale  # scratch init T = t_scale I (`reset_parameters`)
-        self._inference_factors = None  # ((diag_clamp, L_offdiag, log_diag) as used, L, T): see `_factors`
+        self._inference_factors = None  # ((diag_clamp, L_offdiag, log_diag) as used, L, T, T^-1): `_factors`
 
     # ---- values -------------------------------------------------------------------------------
     @torch.no_grad()
@@ -265,6 +271,15 @@ class PITTying(TokenInterface):
             return L @ L.T
         return self._factors()[1].clone()
 
+    def inverse_transform(self) -> torch.Tensor:
+        """T^{-1} = L^{-T} L^{-1} (SPD), FP32: one d x d triangular solve for L^{-1} and one d x d product.
+        The embedding multiplies by it (`embed`) instead of solving with L and L^T for every token: one (N x d x d)
+        GEMM forward and one backward, where two solves cost two triangular solves forward and two more plus two
+        GEMMs backward (benchmarks/RESULTS.md, section 17); its forward error stays at the solves' order."""
+        if self._differentiable():
+            return _inverse_from_cholesky(self._cholesky_factor())
+        return self._factors()[2].clone()
+
     def _cholesky_factor(self) -> torch.Tensor:
         log_diag = at_least_fp32(self.log_diag)
         if self.diag_clamp is not None:
@@ -275,8 +290,9 @@ class PITTying(TokenInterface):
         return torch.is_grad_enabled() and (self.L_offdiag.requires_grad or self.log_diag.requires_grad)
 
     @torch.no_grad()
-    def _factors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(L, T) without autograd (inference: decoding computes h T once per token, and T = L L^T costs d^3),
+    def _factors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(L, T, T^{-1}) without autograd (inference: decoding computes h T and z T^{-1} once per token, and T and
+        T^{-1} cost d^3 each),
         kept while diag_clamp and the values of L_offdiag and log_diag are those they were computed from
         (compared by value, O(d^2), so every way of changing L is seen); bitwise equal to a fresh computation.
         The public methods hand out copies, so no caller can change the kept ones."""
@@ -290,18 +306,18 @@ class PITTying(TokenInterface):
             )
         ):
             L = self._cholesky_factor()
-            kept = self._inference_factors = ((key[0], *(p.detach().clone() for p in key[1:])), L, L @ L.T)
-        return kept[1], kept[2]
+            used = (key[0], *(p.detach().clone() for p in key[1:]))
+            kept = self._inference_factors = (used, L, L @ L.T, _inverse_from_cholesky(L))
+        return kept[1], kept[2], kept[3]
 
     # ---- the contract -------------------------------------------------------------------------
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        """e_t = z_t T^{-1} = z_t L^{-T} L^{-1}: two triangular solves, FP32 (Eq. 13)."""
+        """e_t = z_t T^{-1}, T^{-1} = L^{-T} L^{-1} (`inverse_transform`), FP32 (Eq. 13)."""
         _check_ids(ids)
         with _fp32_region(self.Z.device):
-            L = self.cholesky_factor()
-            z = F.embedding(ids.reshape(-1), at_least_fp32(self.Z)).to(L.dtype)
-            y = torch.linalg.solve_triangular(L.T, z, upper=True, left=False)  # y L^T = z
-            e = torch.linalg.solve_triangular(L, y, upper=False, left=False)  # e L = y
+            T_inv = self.inverse_transform()
+            z = F.embedding(ids.reshape(-1), at_least_fp32(self.Z)).to(T_inv.dtype)
+            e = z @ T_inv
         return e.reshape(*ids.shape, self.dim)
 
     def head_input(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -319,9 +335,8 @@ class PITTying(TokenInterface):
 
     def input_embedding(self) -> torch.Tensor:
         with _fp32_region(self.Z.device):
-            L = self.cholesky_factor()
-            y = torch.linalg.solve_triangular(L.T, at_least_fp32(self.Z).to(L.dtype), upper=True, left=False)
-            return torch.linalg.solve_triangular(L, y, upper=False, left=False)
+            T_inv = self.inverse_transform()
+            return at_least_fp32(self.Z).to(T_inv.dtype) @ T_inv
 
     def output_projection(self) -> torch.Tensor:
         with _fp32_region(self.Z.device):
