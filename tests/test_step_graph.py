@@ -42,6 +42,25 @@ def test_next_token_loss_traces_as_one_graph(kind):
     assert explanation.graph_count == 1
 
 
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16_autocast"])
+def test_trace_needs_no_autocast_availability_query(autocast, monkeypatch):
+    """Dynamo of torch 2.11 (the GPU machines' version) cannot trace `torch.amp.is_autocast_available`: asking it in
+    `compute_dtype` broke the graph in every block and in the loss, and the resumed frames recompiled until Dynamo's
+    limit (a compiled step at half its speed, seen on an H200). torch 2.13 traces it, so the query is made a graph
+    break here, as there: the compiled step must never ask it."""
+    available = torch.amp.is_autocast_available
+
+    def untraceable(device_type):
+        torch._dynamo.graph_break()
+        return available(device_type)
+
+    monkeypatch.setattr(torch.amp, "is_autocast_available", untraceable)
+    loss_fn, inputs, targets = loss_and_batch("pit")
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        explanation = torch._dynamo.explain(loss_fn)(inputs, targets)
+    assert explanation.graph_break_count == 0, [str(b.reason) for b in explanation.break_reasons]
+
+
 @pytest.mark.parametrize("ignore_all", [False, True], ids=["some_ignored", "all_ignored"])
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_fullgraph_compiled_loss_and_backward_equal_eager(kind, ignore_all):

@@ -46,7 +46,9 @@ def compute_dtype(t: torch.Tensor) -> torch.dtype:
     """The dtype matmuls on t's device run in: autocast's (bf16 on GPUs) while it is on, else t's own (also on
     devices without autocast, such as `meta`)."""
     device = t.device.type
-    on = torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)
+    # compiled code runs on a real device; Dynamo (torch 2.11) cannot trace is_autocast_available: a graph break
+    available = torch.compiler.is_compiling() or torch.amp.is_autocast_available(device)
+    on = available and torch.is_autocast_enabled(device)
     return torch.get_autocast_dtype(device) if on else t.dtype
 
 
