@@ -6,9 +6,14 @@
   heads, 3 key/value heads, head dim 64, bf16, 1024 tokens) with `enable_gqa=True` and with key/value heads
   repeated to 12, and the forward + backward time of each;
 - `steps`: `pit train`'s step (pit.training.bench.TrainStep, bf16 autocast) of scratch-133m (16 layers, V = 50257),
-  TT, PIT and PIT with trainable Z, eager and with the loss module compiled, at 16 and 32 windows of 1024 tokens;
-  one variant with key/value heads repeated before SDPA (`expand_kv`);
-- `profile_*.txt`: the CUDA kernels of two steps (torch.profiler), eager and compiled PIT at batch 32;
+  TT and PIT, compiled (the loss module, which runs the model) and eager, at 32 and 64 windows of 1024 tokens, and
+  candidate changes for the MFU target measured as patches here before any goes into the library (`VARIANTS`):
+  `rope_table` (RoPE's cos and sin made once, outside the compiled graph, as litgpt's rope cache: Inductor otherwise
+  recomputes cos, sin and the inverse frequencies for every element of q and k in its fused kernels),
+  `bf16_residual` (the residual stream in bf16 instead of FP32: fewer bytes for every LayerNorm and residual add,
+  different training numerics) and `expand_kv` (key/value heads repeated before SDPA);
+- `profile_*.txt`: the CUDA kernels of two steps (torch.profiler) of each arm's baseline at batch 32, eager and
+  compiled;
 - `retraction`: PIT's polar retraction of a trainable Z (`after_optimizer_step`) alone;
 - `head_memory`: `pit bench`'s head + loss section at size gpu (naive, ours, Liger and CCE where installed).
 Writes OUT/probe.json after every measurement. Needs a CUDA GPU (`--cpu-smoke`: the same code on CPU, tiny).
@@ -32,18 +37,19 @@ from pit.training.bench import ARMS, SIZES, Bench, Target, TrainStep, bf16_peak,
 from pit.training.objective import NextTokenLoss
 
 V, T, MODEL = 50257, 1024, "scratch-133m"
-PLAN = (  # (arm, batch, compiled, key/value heads repeated), most wanted first: the run stops at its deadline
-    ("tt", 32, False, False),
-    ("pit", 32, False, False),
-    ("tt", 32, True, False),
-    ("pit", 32, True, False),
-    ("pit", 32, False, True),
-    ("pit", 32, True, True),
-    ("tt", 32, True, True),
-    ("pit_trainable_z", 32, False, False),
+PLAN = (  # (arm, batch, compiled, variant), most wanted first: the run stops at its deadline
+    ("tt", 32, True, ""),
+    ("pit", 32, True, ""),
+    ("tt", 32, True, "rope_table"),
+    ("tt", 32, True, "bf16_residual"),
+    ("tt", 64, True, ""),
+    ("tt", 32, True, "rope_table+bf16_residual"),
+    ("pit", 32, True, "rope_table"),
+    ("tt", 32, False, ""),
+    ("pit", 32, False, ""),
+    ("pit_trainable_z", 32, False, ""),
     "head_memory",
-    ("tt", 16, False, False),
-    ("pit", 16, False, False),
+    ("pit", 32, True, "expand_kv"),
 )
 DEV = torch.device("cuda")
 
@@ -103,15 +109,39 @@ def sdpa_probe() -> dict:
     return out
 
 
-def step_probe(arm: str, batch: int, compiled: bool, expand: bool, target: Target, peak: float, out: Path):
-    original = scratch.GatedGQA.forward
-    if expand:
-        scratch.GatedGQA.forward = expanded_forward
+def rope_table(model):
+    """`scratch.rope_cos_sin` replaced by a lookup of tables made here, before compiling, for positions 0..T-1 (which
+    every run of the probe uses), so that the compiled graph loads cos and sin instead of computing them."""
+    cfg, positions = model.config, torch.arange(T, device=DEV)[None]
+    tables = {
+        dtype: scratch.rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta, dtype)
+        for dtype in (torch.float32, torch.bfloat16)
+    }
+    return lambda position_ids, head_dim, theta, dtype: tables[dtype]
+
+
+def apply_variant(variant: str, model) -> None:
+    """Patch the model (and scratch's module functions; `step_probe` restores them) for one variant."""
+    for part in filter(None, variant.split("+")):
+        if part == "expand_kv":
+            scratch.GatedGQA.forward = expanded_forward
+        elif part == "rope_table":
+            scratch.rope_cos_sin = rope_table(model)
+        elif part == "bf16_residual":
+            embed = model.interface.embed
+            model.interface.embed = lambda ids: embed(ids).to(torch.bfloat16)
+        else:
+            raise ValueError(f"variant {part!r} is unknown; expected expand_kv, rope_table or bf16_residual")
+
+
+def step_probe(arm: str, batch: int, compiled: bool, variant: str, target: Target, peak: float, out: Path):
+    originals = scratch.GatedGQA.forward, scratch.rope_cos_sin
     try:
         torch.manual_seed(0)
         model = build_model(MODEL, ARMS[arm], vocab_size=V, seed=0).to(DEV)
+        apply_variant(variant, model)
         loss = NextTokenLoss(model)
-        torch._dynamo.reset()  # a new graph for every model: Dynamo's guards do not see the swapped forward
+        torch._dynamo.reset()  # a new graph for every model: Dynamo's guards do not see the patches
         if compiled:
             loss = torch.compile(loss, dynamic=False)
         x = torch.randint(0, V, (batch, T + 1), device=DEV)
@@ -123,19 +153,19 @@ def step_probe(arm: str, batch: int, compiled: bool, expand: bool, target: Targe
             "arm": arm,
             "batch": batch,
             "compiled": compiled,
-            "expand_kv": expand,
+            "variant": variant,
             "step_ms": seconds * 1e3,
             "tokens_per_s": batch * T / seconds,
             "warmup_s": warm,
             "mfu_vs_peak": flops_per_token(model, T) * batch * T / seconds / peak,
             "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if DEV.type == "cuda" else None,
         }
-        if batch in (2, 32) and arm == "pit" and not expand:
+        if batch in (2, 32) and arm in ("pit", "tt") and not variant:
             with profile(activities=[ProfilerActivity.CUDA if DEV.type == "cuda" else ProfilerActivity.CPU]) as prof:
                 for _ in range(2):
                     step()
                 sync()
-            name = f"profile_{'compiled' if compiled else 'eager'}_pit.txt"
+            name = f"profile_{'compiled' if compiled else 'eager'}_{arm}.txt"
             table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=40, max_name_column_width=90)
             (out / name).write_text(table)
         if arm == "pit_trainable_z" and not compiled:
@@ -143,7 +173,7 @@ def step_probe(arm: str, batch: int, compiled: bool, expand: bool, target: Targe
             row["retraction_ms"] = timed(iface.after_optimizer_step)[0] * 1e3
         return row
     finally:
-        scratch.GatedGQA.forward = original
+        scratch.GatedGQA.forward, scratch.rope_cos_sin = originals
 
 
 def main(argv=None):
@@ -186,10 +216,10 @@ def main(argv=None):
             res["head_memory"] = attempt("head_memory", partial(memory_section, size, Bench(target, peak)))
             print(json.dumps(res["head_memory"]), flush=True)
             continue
-        arm, batch, compiled, expand = item
-        batch = 2 if a.cpu_smoke else batch
-        probe = partial(step_probe, arm, batch, compiled, expand, target, peak, a.out)
-        row = attempt(f"{arm}-{batch}-{compiled}-{expand}", probe)
+        arm, batch, compiled, variant = item
+        batch = min(batch, 2) if a.cpu_smoke else batch
+        probe = partial(step_probe, arm, batch, compiled, variant, target, peak, a.out)
+        row = attempt(f"{arm}-{batch}-{compiled}-{variant or 'baseline'}", probe)
         if row:
             res["steps"].append(row)
             print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The GPU checks in one command (docs/performance.md, "On a GPU: scripts/gpu_check.sh").
 #
-#   scripts/gpu_check.sh [DIR]              one CUDA GPU, about 9 minutes (estimated; the parts measured on one
-#                                           H100: tests 60 s, eager bench 107 s): the tests marked `cuda`, then
-#                                           `pit bench --size gpu` eager (every section, batches 8, 16, 32) and
-#                                           compiled (PIT and TT, V = 50257, batch 32: two compiles of about a
-#                                           minute each; GPU_CHECK_COMPILE_ARGS), then the GPU study's smallest
-#                                           slice, config/study-gpu.yaml at seed 0 (results/tables and REPORT.md
-#                                           copied to DIR/study), each under a timeout
+#   scripts/gpu_check.sh [DIR]              one CUDA GPU, about 8 1/4 minutes (measured on one H200: tests 62 s,
+#                                           eager bench 84 s, compiled bench 133 s, study slice 217 s): the tests
+#                                           marked `cuda`, then `pit bench --size gpu` eager (every section, batches
+#                                           8, 16, 32) and compiled (PIT and TT, V = 50257, batch 32: two compiles
+#                                           of about a minute each; GPU_CHECK_COMPILE_ARGS), then the GPU study's
+#                                           smallest slice, config/study-gpu.yaml at seed 0 (results/tables and
+#                                           REPORT.md copied to DIR/study), each under a timeout
 #   scripts/gpu_check.sh --cpu-smoke [DIR]  the same plumbing on CPU at tiny sizes (the study slice only planned,
 #                                           `snakemake -n`), in about a minute
 #
