@@ -129,7 +129,7 @@ def apply_variant(variant: str, model) -> None:
             scratch.rope_cos_sin = rope_table(model)
         elif part == "bf16_residual":
             embed = model.interface.embed
-            model.interface.embed = lambda ids: embed(ids).to(torch.bfloat16)
+            model.interface.embed = lambda ids, embed=embed: embed(ids).to(torch.bfloat16)
         else:
             raise ValueError(f"variant {part!r} is unknown; expected expand_kv, rope_table or bf16_residual")
 
