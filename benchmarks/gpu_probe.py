@@ -8,8 +8,9 @@
 - `steps`: `pit train`'s step (pit.training.bench.TrainStep, bf16 autocast) of scratch-133m (16 layers, V = 50257),
   TT and PIT, compiled (the loss module, which runs the model) and eager, at 32 and 64 windows of 1024 tokens, and
   candidate changes for the MFU target measured as patches here before any goes into the library (`VARIANTS`):
-  `rope_table` (RoPE's cos and sin made once, outside the compiled graph, as litgpt's rope cache: Inductor otherwise
-  recomputes cos, sin and the inverse frequencies for every element of q and k in its fused kernels),
+  `rope_recompute` (RoPE's cos and sin computed from the positions in every step, as before the model's table,
+  `pit.models.scratch.RopeTable`: Inductor fuses that computation into every kernel reading q or k and redoes it per
+  element; the baseline reads the table),
   `bf16_residual` (the residual stream in bf16 instead of FP32: fewer bytes for every LayerNorm and residual add,
   different training numerics) and `expand_kv` (key/value heads repeated before SDPA);
 - `profile_*.txt`: the CUDA kernels of two steps (torch.profiler) of each arm's baseline at batch 32, eager and
@@ -40,11 +41,11 @@ V, T, MODEL = 50257, 1024, "scratch-133m"
 PLAN = (  # (arm, batch, compiled, variant), most wanted first: the run stops at its deadline
     ("tt", 32, True, ""),
     ("pit", 32, True, ""),
-    ("tt", 32, True, "rope_table"),
+    ("tt", 32, True, "rope_recompute"),
     ("tt", 32, True, "bf16_residual"),
     ("tt", 64, True, ""),
-    ("tt", 32, True, "rope_table+bf16_residual"),
-    ("pit", 32, True, "rope_table"),
+    ("tt", 64, True, "bf16_residual"),
+    ("pit", 32, True, "bf16_residual"),
     ("tt", 32, False, ""),
     ("pit", 32, False, ""),
     ("pit_trainable_z", 32, False, ""),
@@ -109,15 +110,11 @@ def sdpa_probe() -> dict:
     return out
 
 
-def rope_table(model):
-    """`scratch.rope_cos_sin` replaced by a lookup of tables made here, before compiling, for positions 0..T-1 (which
-    every run of the probe uses), so that the compiled graph loads cos and sin instead of computing them."""
-    cfg, positions = model.config, torch.arange(T, device=DEV)[None]
-    tables = {
-        dtype: scratch.rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta, dtype)
-        for dtype in (torch.float32, torch.bfloat16)
-    }
-    return lambda position_ids, head_dim, theta, dtype: tables[dtype]
+def rope_recompute(self, past, T, position_ids, dtype):
+    """`RopeTable.forward` as it was before the table: angles, cos and sin from the positions in every step."""
+    if position_ids is None:
+        position_ids = torch.arange(past, past + T, device=self.cos.device)[None]
+    return scratch.rope_cos_sin(position_ids, self.head_dim, self.theta, dtype)
 
 
 def apply_variant(variant: str, model) -> None:
@@ -125,17 +122,17 @@ def apply_variant(variant: str, model) -> None:
     for part in filter(None, variant.split("+")):
         if part == "expand_kv":
             scratch.GatedGQA.forward = expanded_forward
-        elif part == "rope_table":
-            scratch.rope_cos_sin = rope_table(model)
+        elif part == "rope_recompute":
+            scratch.RopeTable.forward = rope_recompute
         elif part == "bf16_residual":
             embed = model.interface.embed
             model.interface.embed = lambda ids, embed=embed: embed(ids).to(torch.bfloat16)
         else:
-            raise ValueError(f"variant {part!r} is unknown; expected expand_kv, rope_table or bf16_residual")
+            raise ValueError(f"variant {part!r} is unknown; expected expand_kv, rope_recompute or bf16_residual")
 
 
 def step_probe(arm: str, batch: int, compiled: bool, variant: str, target: Target, peak: float, out: Path):
-    originals = scratch.GatedGQA.forward, scratch.rope_cos_sin
+    originals = scratch.GatedGQA.forward, scratch.RopeTable.forward
     try:
         torch.manual_seed(0)
         model = build_model(MODEL, ARMS[arm], vocab_size=V, seed=0).to(DEV)
@@ -173,7 +170,7 @@ def step_probe(arm: str, batch: int, compiled: bool, variant: str, target: Targe
             row["retraction_ms"] = timed(iface.after_optimizer_step)[0] * 1e3
         return row
     finally:
-        scratch.GatedGQA.forward, scratch.rope_cos_sin = originals
+        scratch.GatedGQA.forward, scratch.RopeTable.forward = originals
 
 
 def main(argv=None):

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU checks in one command (docs/performance.md, "On a GPU: scripts/gpu_check.sh").
 #
-#   scripts/gpu_check.sh [DIR]              one CUDA GPU, about 8 1/4 minutes (measured on one H200: tests 62 s,
-#                                           eager bench 84 s, compiled bench 133 s, study slice 217 s): the tests
+#   scripts/gpu_check.sh [DIR]              one CUDA GPU, about 7 1/2 minutes (measured on one H200: tests 62 s,
+#                                           eager bench 84 s, compiled bench 133 s, study slice 217 s, of which 39 s
+#                                           the stand-in teacher waited for a GPU slot, since fixed): the tests
 #                                           marked `cuda`, then `pit bench --size gpu` eager (every section, batches
 #                                           8, 16, 32) and compiled (PIT and TT, V = 50257, batch 32: two compiles
 #                                           of about a minute each; GPU_CHECK_COMPILE_ARGS), then the GPU study's

@@ -150,3 +150,24 @@ def test_report_opens_with_summary_and_provenance_and_captions_its_figures(tmp_p
         run.mkdir(parents=True)
         (run / "summary.json").write_text(json.dumps({"val_loss": loss}))
     assert learned(tmp_path / "pretrain", "scratch", 6.3).startswith("- Every scratch-mode model ends worse than a")
+
+
+def test_every_figure_of_every_profile_has_its_caption_file():
+    """The HTML report (the workflow's `figure_output`) and REPORT.md (`pit report`) find a figure's caption by one
+    rule, `caption_name`: every figure a profile draws has that file."""
+    import yaml
+
+    from pit.pipeline.profile import Profile
+    from pit.reporting.captions import caption_name
+
+    root = Path(__file__).resolve().parents[1]
+    figures = set()
+    for name in ("config.yaml", "study.yaml", "study-gpu.yaml", "paper.yaml"):
+        figures |= set(Profile(yaml.safe_load((root / "config" / name).read_text())).figures)
+    captions = {stem: caption_name(stem) for stem in figures}
+    assert len(figures) == 14 and len(set(captions.values())) == 8, captions
+    assert captions["claims_posttrain"] == "claims" and captions["figure3_scratch_loss"] == "loss_curves"
+    assert captions["study_frontier"] == "frontier" and captions["interface_drift"] == "drift"
+    folder = root / "workflow" / "report"
+    missing = [stem for stem, name in sorted(captions.items()) if not (folder / f"{name}.rst").is_file()]
+    assert not missing, missing

@@ -13,6 +13,7 @@ from pit.errors import PitError
 from pit.models import PitForCausalLM, PitGPT2LMHeadModel, build_model, convert_teacher, get_spec, load_teacher
 from pit.models.checkpoint import load_model, save_pretrained_atomic
 from pit.models.export import export_untied
+from pit.models.scratch import rope_cos_sin
 
 KINDS = ["pit", "tt", "untied"]
 
@@ -108,6 +109,21 @@ def test_generate_with_kv_cache_equals_full_recompute(name, kind):
         nxt = model(seq, use_cache=False).logits[:, -1].argmax(-1, keepdim=True)
         seq = torch.cat([seq, nxt], dim=1)
     assert torch.equal(out, seq)
+
+
+def test_rope_table_equals_direct_computation():
+    """The table (positions 0 .. max_position_embeddings - 1, made once) gives `rope_cos_sin`'s values bit for bit;
+    positions it does not hold (past + T beyond it, or given by the caller) are computed."""
+    model = build_model("scratch-tiny", InterfaceConfig(kind="tt"), vocab_size=500, seed=0)
+    rope, n = model.rope, model.config.max_position_embeddings
+    for past, T, dtype in ((0, 17, torch.float32), (9, 5, torch.bfloat16), (n - 3, 8, torch.float32)):
+        positions = torch.arange(past, past + T)[None]
+        direct = rope_cos_sin(positions, rope.head_dim, rope.theta, dtype)
+        for got, want in zip(rope(past, T, None, dtype), direct):
+            assert got.dtype == dtype and torch.equal(got.expand_as(want), want)
+    given = torch.tensor([[4, 2, 900]])
+    direct = rope_cos_sin(given, rope.head_dim, rope.theta, torch.float32)
+    assert torch.equal(rope(0, 3, given, torch.float32)[1], direct[1])
 
 
 def test_left_padded_batch_matches_single_sequences():

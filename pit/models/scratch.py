@@ -62,12 +62,43 @@ def rotate_pairs(x: torch.Tensor) -> torch.Tensor:
 
 
 def rope_cos_sin(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    """cos, sin of shape (B, 1, T, head_dim) for interleaved RoPE."""
+    """cos, sin of shape (B, 1, T, head_dim) for interleaved RoPE: angle_{p, 2i} = angle_{p, 2i+1} = p theta^(-2i/d_h),
+    computed in FP32."""
     inv_freq = 1.0 / (
         theta ** (torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim)
     )
     angles = torch.repeat_interleave(position_ids[..., None].float() * inv_freq, 2, dim=-1)
     return angles.cos().to(dtype)[:, None], angles.sin().to(dtype)[:, None]
+
+
+class RopeTable(nn.Module):
+    """cos and sin of `rope_cos_sin` for positions 0 .. max_position_embeddings - 1, made once (as litgpt's rope
+    cache) and kept as non-persistent FP32 buffers: checkpoints do not hold them; `_init_weights` remakes them after
+    `from_pretrained`. A compiled step reads them instead of recomputing theta^(-2i/d_h), cos and sin for every
+    element of q and k inside its fused kernels."""
+
+    def __init__(self, cfg: PitScratchConfig):
+        super().__init__()
+        self.head_dim, self.theta = cfg.head_dim, cfg.rope_theta
+        shape = (cfg.max_position_embeddings, cfg.head_dim)
+        self.register_buffer("cos", torch.empty(shape), persistent=False)
+        self.register_buffer("sin", torch.empty(shape), persistent=False)
+        self.reset_tables()
+
+    @torch.no_grad()
+    def reset_tables(self) -> None:
+        positions = torch.arange(self.cos.shape[0], device=self.cos.device)[None]
+        cos, sin = rope_cos_sin(positions, self.head_dim, self.theta, torch.float32)
+        self.cos.copy_(cos[0, 0]), self.sin.copy_(sin[0, 0])
+
+    def forward(self, past: int, T: int, position_ids: torch.Tensor | None, dtype: torch.dtype):
+        """cos, sin for positions past .. past + T - 1 ((1, 1, T, d_h)) or for `position_ids` ((B, 1, T, d_h));
+        positions the table may not hold (given by the caller, or past + T beyond it) are computed."""
+        if position_ids is None and past + T <= self.cos.shape[0]:
+            return self.cos[past : past + T].to(dtype)[None, None], self.sin[past : past + T].to(dtype)[None, None]
+        if position_ids is None:
+            position_ids = torch.arange(past, past + T, device=self.cos.device)[None]
+        return rope_cos_sin(position_ids, self.head_dim, self.theta, dtype)
 
 
 class GatedGQA(nn.Module):
@@ -144,6 +175,7 @@ class PitForCausalLM(InterfaceLMMixin, PreTrainedModel, GenerationMixin):
         self.interface = make_interface(
             InterfaceConfig.from_dict(config.interface), config.vocab_size, config.hidden_size
         )
+        self.rope = RopeTable(config)
         self.layers = nn.ModuleList(ParallelBlock(config, i) for i in range(config.num_hidden_layers))
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=False)
         self.post_init()
@@ -151,7 +183,7 @@ class PitForCausalLM(InterfaceLMMixin, PreTrainedModel, GenerationMixin):
     @torch.no_grad()
     def _init_weights(self, module):
         """N(0, 0.02) for linear layers, 0.02 / sqrt(2 L) for the two residual outputs (GPT-2 scheme),
-        LayerNorm = 1, gate = 0, the interface from its own seeded initialiser."""
+        LayerNorm = 1, gate = 0, the interface from its own seeded initialiser, the RoPE table remade."""
         std = self.config.initializer_range
         if isinstance(module, nn.Linear):
             scale = (
@@ -166,6 +198,8 @@ class PitForCausalLM(InterfaceLMMixin, PreTrainedModel, GenerationMixin):
             nn.init.zeros_(module.gate)
         elif isinstance(module, TokenInterface):
             module.reset_parameters(self.config.init_seed)
+        elif isinstance(module, RopeTable):
+            module.reset_tables()
 
     def get_input_embeddings(self):
         return InterfaceEmbedding(self.interface)
@@ -179,14 +213,11 @@ class PitForCausalLM(InterfaceLMMixin, PreTrainedModel, GenerationMixin):
         """Final normed hidden states (and, if asked, the residual stream after the embedding and each block)."""
         B, T = input_ids.shape
         past = past_key_values.get_seq_length() if past_key_values is not None else 0
-        if position_ids is None:
-            if attention_mask is not None:
-                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -T:]
-            else:
-                position_ids = torch.arange(past, past + T, device=input_ids.device).expand(B, T)
+        if position_ids is None and attention_mask is not None:
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -T:]
         x = self.interface.embed(input_ids)
         # angles in FP32, cos and sin in the compute dtype: q and k stay bf16 under autocast (no FP32 copies)
-        cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, compute_dtype(x))
+        cos, sin = self.rope(past, T, position_ids, compute_dtype(x))
         mask = None  # None: plain causal attention (SDPA's fast path)
         if (attention_mask is not None and not bool(attention_mask.all())) or (past > 0 and T > 1):
             keys = torch.arange(past + T, device=x.device)

@@ -16,6 +16,7 @@ from pathlib import Path
 from pit.arms import mode_arms
 from pit.errors import PitError
 from pit.io import read_json
+from pit.reporting.captions import caption_name
 from pit.reporting.tables import slot_key, table_notes  # noqa: F401  (table_notes: the notes each table carries)
 
 # the tables REPORT.md shows, in order, with their headings
@@ -324,15 +325,6 @@ def provenance(config: dict, results: Path | None) -> list[str]:
             "that ran in an earlier invocation of the workflow count from then)."
         )
     return ["## Provenance", "", *lines, ""]
-
-
-def caption_name(stem: str) -> str:
-    """The caption file workflow/report/<name>.rst of a figure (the workflow's `figure_output` pairs them alike)."""
-    if stem.startswith("claims_"):
-        return "claims"
-    if re.fullmatch(r"figure\d+_\w+_loss", stem):
-        return "loss_curves"
-    return {"figure2_transition": "transition", "interface_drift": "drift"}.get(stem, stem.removeprefix("study_"))
 
 
 def figure_caption(stem: str, captions: Path | None) -> str:

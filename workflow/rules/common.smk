@@ -46,6 +46,7 @@ from pit.pipeline.layout import REPORT_FILE, RESULTS_ROOT, STAND_IN_ROOT, TABLES
 from pit.pipeline.layout import final_model, log_path, lora_dir, lora_file, run_dir, run_file, run_log, stand_in_dir
 from pit.pipeline.layout import stand_in_file, table_stem, token_file, token_sidecar, tokenizer_dir
 from pit.pipeline.profile import CLAIM_GROUPS, LOSS_FIGURES, SPLITS
+from pit.reporting.captions import caption_name
 
 job_environment()
 if working_directory_problem(workflow.basedir):
@@ -148,9 +149,9 @@ def table_outputs(name):
     return outputs
 
 
-def figure_output(name, caption):
-    """A figure, in the HTML report with the caption workflow/report/<caption>.rst."""
-    return report(figure_file(name), caption=f"../report/{caption}.rst", category="Figures")
+def figure_output(name):
+    """A figure, in the HTML report with its caption workflow/report/<caption_name(name)>.rst (REPORT.md's too)."""
+    return report(figure_file(name), caption=f"../report/{caption_name(name)}.rst", category="Figures")
 
 
 def figure_files():

@@ -79,7 +79,7 @@ rule tokenize_domain:
         sidecar=token_sidecar("{tokenizer}", "{split}", "{domain}"),
     log:
         log_path("data", "tokenize_{tokenizer}_{domain}_{split}"),
-    priority: 20  # the stand-in teacher (priority 10) reads a domain's files: they come first
+    priority: 30  # before `tokenize`: the stand-in teacher (10) reads them, and must not find every GPU slot taken
     conda:
         ENV
     threads: config["tokenize"]["workers"]

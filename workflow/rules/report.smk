@@ -137,8 +137,8 @@ rule figure_claims:
     input:
         run_summaries() + diagnostics_files() + posttrain_outputs(),
     output:
-        [figure_output(f"claims_{group}", "claims") for group in CLAIM_GROUPS],
-        [figure_output(name, name.removeprefix("study_")) for name in STUDY_FIGURES],
+        [figure_output(f"claims_{group}") for group in CLAIM_GROUPS],
+        [figure_output(name) for name in STUDY_FIGURES],
     log:
         log_path("report", "figure_claims"),
     conda:
@@ -153,7 +153,7 @@ rule figure_loss_curves:
     input:
         run_summaries(),
     output:
-        figure_output("figure{number}_{mode}_loss", "loss_curves"),
+        figure_output("figure{number}_{mode}_loss"),
     log:
         log_path("report", "figure{number}_{mode}"),
     conda:
@@ -169,7 +169,7 @@ rule figure_drift:
     input:
         run_summaries(),
     output:
-        figure_output("interface_drift", "drift"),
+        figure_output("interface_drift"),
     log:
         log_path("report", "figure_drift"),
     conda:
@@ -182,7 +182,7 @@ rule figure_transition:
     input:
         transition_runs(),
     output:
-        figure_output("figure2_transition", "transition"),
+        figure_output("figure2_transition"),
     log:
         log_path("report", "figure2_transition"),
     conda:
@@ -197,7 +197,7 @@ rule figure_side_effects:
     input:
         posttrain_outputs(),
     output:
-        figure_output("side_effects", "side_effects"),
+        figure_output("side_effects"),
     log:
         log_path("report", "figure_side_effects"),
     conda:
@@ -210,7 +210,7 @@ rule figure_stand_in_teachers:
     input:
         [stand_in_file(slot, "summary.json") for slot in STAND_IN_SLOTS],
     output:
-        figure_output("stand_in_teachers", "stand_in_teachers"),
+        figure_output("stand_in_teachers"),
     log:
         log_path("report", "figure_stand_in_teachers"),
     conda:
