@@ -4,12 +4,13 @@
 
 Before the table, `hidden_states` computed theta^(-2i/d_h), cos and sin from the positions in every forward pass;
 compiled, Inductor fuses that computation into each kernel that reads q or k, forward and backward, and redoes it
-per element (on an H100, 6.6 ms of a 110 ms step: benchmarks/RESULTS.md section 16). The `recompute` variant
-patches `RopeTable.forward` back to that computation. Both variants run in one process on CPU, compiled with
-Inductor and eager, rounds interleaved, best round kept: `pit train`'s step (pit.training.bench.TrainStep, FP32) of
-a scratch model with the 133M model's head dim (64) and key/value grouping (4 query heads per key/value head), at
-d = 256, `--layers` blocks, V = 8192, 4 windows of 1024 tokens. Also counted: the `cos(`/`sin(` calls in the
-C++ code Inductor writes for the compiled step. Results: benchmarks/out/bench_rope_table.json.
+per element (on an H100, 6.6 ms of the compiled step's 94 ms of CUDA time: benchmarks/RESULTS.md section 16). The
+`recompute` variant patches `RopeTable.forward` back to that computation. Both variants run in one process on CPU,
+compiled with Inductor and eager, rounds interleaved, best round kept (`time_arms`, as `pit bench`): `pit train`'s
+step (pit.training.bench.TrainStep, FP32) of a scratch model with the 133M model's head dim (64) and key/value
+grouping (4 query heads per key/value head), at d = 256, `--layers` blocks, V = 8192, 4 windows of 1024 tokens. Also
+counted: the `cos(`/`sin(` calls in the C++ code Inductor writes for the compiled step. Results:
+benchmarks/out/bench_rope_table.json.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from torch._inductor.utils import run_and_get_code
 
 from pit.core.interfaces import InterfaceConfig
 from pit.models import build_model, scratch
-from pit.training.bench import TrainStep
+from pit.training.bench import TrainStep, time_arms
 from pit.training.objective import NextTokenLoss
 
 V, T, BATCH = 8192, 1024, 4
@@ -67,17 +68,10 @@ def main(argv=None):
         for variant in ("table", "recompute"):
             name = f"{'compiled' if compiled else 'eager'}_{variant}"
             start = time.perf_counter()
-            step, trig = make_step(variant, compiled, args.layers)
-            step()  # warm-up (and, compiled, the first run of the graph)
-            arms[name] = step
+            arms[name], trig = make_step(variant, compiled, args.layers)
             rows[name] = {"setup_s": round(time.perf_counter() - start, 1), "trig_calls_in_kernels": trig}
     scratch.RopeTable.forward = TABLE_FORWARD
-    best = dict.fromkeys(arms, float("inf"))
-    for _ in range(args.rounds):
-        for name, step in arms.items():
-            start = time.perf_counter()
-            step()
-            best[name] = min(best[name], time.perf_counter() - start)
+    best = time_arms(arms, args.rounds, repeats=1)
     for name in arms:
         rows[name]["step_ms"] = round(best[name] * 1e3, 1)
     for mode in ("compiled", "eager"):

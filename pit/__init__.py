@@ -6,4 +6,4 @@ Auto classes), `pit.data`, `pit.tracking`, `pit.analysis`, `pit.evaluation`, `pi
 `pit.reporting`, and `pit.commands` (the `pit` command line).
 """
 
-__version__ = "0.1.0"
+from pit.checkout import VERSION as __version__  # noqa: F401  (one copy: pyproject.toml reads it too)

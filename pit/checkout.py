@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 CHECKOUT_ENV = "PIT_CHECKOUT"
+VERSION = "0.1.0"  # the package's version: pit.__version__, and pyproject.toml's (read from here by setuptools)
 
 
 def package_dir() -> Path:

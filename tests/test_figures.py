@@ -167,6 +167,7 @@ def test_every_figure_of_every_profile_has_its_caption_file():
     captions = {stem: caption_name(stem) for stem in figures}
     assert len(figures) == 14 and len(set(captions.values())) == 8, captions
     assert captions["claims_posttrain"] == "claims" and captions["figure3_scratch_loss"] == "loss_curves"
+    assert caption_name("figure{number}_{mode}_loss") == "loss_curves"  # the pattern the workflow's rule names
     assert captions["study_frontier"] == "frontier" and captions["interface_drift"] == "drift"
     folder = root / "workflow" / "report"
     missing = [stem for stem, name in sorted(captions.items()) if not (folder / f"{name}.rst").is_file()]

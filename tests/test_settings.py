@@ -63,8 +63,13 @@ def test_help_lists_every_field_with_its_docstring_and_imports_no_torch():
 
 
 def test_version_is_the_package_metadata(capsys):
+    """One copy of the version: pit/checkout.py's VERSION is pit.__version__ and, through pyproject.toml's dynamic
+    version, the installed distribution's."""
+    import pit
+
     rc, out, _ = run_pit(capsys, "--version")
     assert rc == 0 and out.strip() == f"pit {version('pit-repro')}"
+    assert version("pit-repro") == pit.__version__
 
 
 # --- Settings: file, --set, --print-config ------------------------------------------------------------------

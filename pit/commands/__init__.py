@@ -13,7 +13,7 @@ import importlib
 import os
 import sys
 
-from pit.checkout import environment_mismatch
+from pit.checkout import VERSION, environment_mismatch, package_dir
 from pit.errors import PitError
 
 # command -> (module that registers it, one-line help shown by `pit --help`)
@@ -49,14 +49,15 @@ BAD_INPUT = (PitError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
 
 
 def version() -> str:
-    """The installed distribution's version, from its package metadata (pyproject.toml's `version`)."""
+    """The installed distribution's version (its package metadata, which pyproject.toml takes from
+    `pit.checkout.VERSION`), else that VERSION of the source folder on sys.path (a GPU machine's checkout)."""
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as dist_version
 
     try:
         return dist_version("pit-repro")
-    except PackageNotFoundError:  # the source folder on sys.path, not installed
-        return "unknown (not installed: pip install -e .)"
+    except PackageNotFoundError:
+        return f"{VERSION} (source folder {package_dir().parent}, not installed)"
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
