@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from bench_rope_table import recompute_forward  # RoPE as before the model's table
 from torch.profiler import ProfilerActivity, profile
 
 from pit.models import build_model, scratch
@@ -110,20 +111,13 @@ def sdpa_probe() -> dict:
     return out
 
 
-def rope_recompute(self, past, T, position_ids, dtype):
-    """`RopeTable.forward` as it was before the table: angles, cos and sin from the positions in every step."""
-    if position_ids is None:
-        position_ids = torch.arange(past, past + T, device=self.cos.device)[None]
-    return scratch.rope_cos_sin(position_ids, self.head_dim, self.theta, dtype)
-
-
 def apply_variant(variant: str, model) -> None:
     """Patch the model (and scratch's module functions; `step_probe` restores them) for one variant."""
     for part in filter(None, variant.split("+")):
         if part == "expand_kv":
             scratch.GatedGQA.forward = expanded_forward
         elif part == "rope_recompute":
-            scratch.RopeTable.forward = rope_recompute
+            scratch.RopeTable.forward = recompute_forward
         elif part == "bf16_residual":
             embed = model.interface.embed
             model.interface.embed = lambda ids, embed=embed: embed(ids).to(torch.bfloat16)
