@@ -11,8 +11,11 @@
   `rope_recompute` (RoPE's cos and sin computed from the positions in every step, as before the model's table,
   `pit.models.scratch.RopeTable`: Inductor fuses that computation into every kernel reading q or k and redoes it per
   element; the baseline reads the table),
+  `eager_form_loss` (the compiled loss's chunks in the eager in-place form, as before `pit.core.loss._compiled_chunk`:
+  Inductor stored an FP32 copy of every chunk of logits and read it back; benchmarks/bench_compiled_loss.py),
   `bf16_residual` (the residual stream in bf16 instead of FP32: fewer bytes for every LayerNorm and residual add,
-  different training numerics) and `expand_kv` (key/value heads repeated before SDPA);
+  different training numerics), `fused_proj` (the block's five input projections as one GEMM and its two output
+  projections as one: benchmarks/bench_fused_proj.py) and `expand_kv` (key/value heads repeated before SDPA);
 - `profile_*.txt`: the CUDA kernels of two steps (torch.profiler) of each arm's baseline at batch 32, eager and
   compiled;
 - `retraction`: PIT's polar retraction of a trainable Z (`after_optimizer_step`) alone;
@@ -31,9 +34,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from bench_fused_proj import use_fused_projections  # the parallel block's seven projections as two GEMMs
 from bench_rope_table import recompute_forward  # RoPE as before the model's table
 from torch.profiler import ProfilerActivity, profile
 
+import pit.core.loss as loss_module
 from pit.models import build_model, scratch
 from pit.training.bench import ARMS, SIZES, Bench, Target, TrainStep, bf16_peak, flops_per_token, memory_section
 from pit.training.objective import NextTokenLoss
@@ -42,17 +47,22 @@ V, T, MODEL = 50257, 1024, "scratch-133m"
 PLAN = (  # (arm, batch, compiled, variant), most wanted first: the run stops at its deadline
     ("tt", 32, True, ""),
     ("pit", 32, True, ""),
-    ("tt", 32, True, "rope_recompute"),
+    ("tt", 32, True, "eager_form_loss"),
+    ("tt", 32, True, "fused_proj"),
+    ("pit", 32, True, "fused_proj"),
     ("tt", 32, True, "bf16_residual"),
+    ("tt", 32, True, "fused_proj+bf16_residual"),
+    ("tt", 64, True, "fused_proj"),
+    ("tt", 32, True, "rope_recompute"),
     ("tt", 64, True, ""),
-    ("tt", 64, True, "bf16_residual"),
-    ("pit", 32, True, "bf16_residual"),
+    ("pit", 32, True, "fused_proj+bf16_residual"),
     ("tt", 32, False, ""),
     ("pit", 32, False, ""),
     ("pit_trainable_z", 32, False, ""),
     "head_memory",
     ("pit", 32, True, "expand_kv"),
 )
+VARIANTS = ("rope_recompute", "eager_form_loss", "fused_proj", "bf16_residual", "expand_kv")
 DEV = torch.device("cuda")
 
 
@@ -118,15 +128,19 @@ def apply_variant(variant: str, model) -> None:
             scratch.GatedGQA.forward = expanded_forward
         elif part == "rope_recompute":
             scratch.RopeTable.forward = recompute_forward
+        elif part == "eager_form_loss":
+            loss_module.fused_chunk_form = lambda: False
+        elif part == "fused_proj":
+            use_fused_projections(model)
         elif part == "bf16_residual":
             embed = model.interface.embed
             model.interface.embed = lambda ids, embed=embed: embed(ids).to(torch.bfloat16)
         else:
-            raise ValueError(f"variant {part!r} is unknown; expected expand_kv, rope_recompute or bf16_residual")
+            raise ValueError(f"variant {part!r} is unknown; expected one of {VARIANTS}")
 
 
 def step_probe(arm: str, batch: int, compiled: bool, variant: str, target: Target, peak: float, out: Path):
-    originals = scratch.GatedGQA.forward, scratch.RopeTable.forward
+    originals = scratch.GatedGQA.forward, scratch.RopeTable.forward, loss_module.fused_chunk_form
     try:
         torch.manual_seed(0)
         model = build_model(MODEL, ARMS[arm], vocab_size=V, seed=0).to(DEV)
@@ -164,7 +178,7 @@ def step_probe(arm: str, batch: int, compiled: bool, variant: str, target: Targe
             row["retraction_ms"] = timed(iface.after_optimizer_step)[0] * 1e3
         return row
     finally:
-        scratch.GatedGQA.forward, scratch.RopeTable.forward = originals
+        scratch.GatedGQA.forward, scratch.RopeTable.forward, loss_module.fused_chunk_form = originals
 
 
 def main(argv=None):

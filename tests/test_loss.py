@@ -107,6 +107,29 @@ def test_autocast_bf16_matches_naive_under_autocast(pad):
         assert rel(a.float(), b.float()) <= 1e-2
 
 
+@pytest.mark.parametrize("trainable_table", [False, True], ids=["frozen_table", "trained_table"])
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16_autocast"])
+def test_compiled_form_equals_naive(autocast, trainable_table):
+    """Under torch.compile each chunk's loss and dz are one expression (`_compiled_chunk`), not the eager in-place
+    form: traced (aot_eager: the traced graph on eager kernels, fullgraph so a break fails), with ignored rows in
+    every chunk, it gives the naive head's loss and gradients to 1e-5 in FP32 and 1e-2 under bf16 autocast (the
+    tolerances of the eager tests above)."""
+    gen = torch.Generator().manual_seed(2)
+    g = torch.randn(64, 32, generator=gen, requires_grad=True)
+    M = torch.randn(300, 32, generator=gen, requires_grad=trainable_table)
+    targets = torch.randint(0, 300, (64,), generator=gen)
+    targets[::5] = -100
+    chunked = torch.compile(lambda *a: linear_cross_entropy(*a, chunk_size=24), backend="aot_eager", fullgraph=True)
+    leaves = (g, M) if trainable_table else (g,)
+    out = []
+    for fn in (chunked, naive_linear_cross_entropy):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = fn(g, M, targets)
+        out.append((loss.float(), *torch.autograd.grad(3 * loss, leaves)))
+    for a, b in zip(*out):
+        assert rel(a.float(), b.float()) <= (1e-2 if autocast else 1e-5)
+
+
 def test_padded_table_path_gives_the_cpu_path_values():
     """The CUDA path (M copied into V rounded up to 64 rows, contiguous GEMMs) and the CPU path (strided logits
     view): the same loss and gradients to FP32 round-off (1e-6 relative), with ignored rows."""

@@ -9,8 +9,9 @@ gradients are
     dg   = dz M,        dM = dz^T g
 `linear_cross_entropy` walks over chunks of rows and, in the forward pass, computes the logits of one
 chunk, its loss terms, dz (in place of the logits) and both gradient products, so no N x V tensor is
-ever stored; the backward pass only scales dg and dM by the incoming gradient. dM is computed only
-when M requires a gradient: PIT with a frozen Z skips that (V x N x d) GEMM entirely.
+ever stored; the backward pass only scales dg and dM by the incoming gradient. Under torch.compile each chunk's
+loss terms and dz are one expression instead (`_compiled_chunk`), which Inductor makes one pass over the logits.
+dM is computed only when M requires a gradient: PIT with a frozen Z skips that (V x N x d) GEMM entirely.
 
 No host sync: n stays a tensor (the loss is a sum divided by n, 0/0 = nan with no valid row, as
 F.cross_entropy; the row weights w zero the ignored rows in the same pass that casts dz for the GEMMs), and
@@ -54,16 +55,43 @@ def _chunk_gradients(p, zc, gc, wc, Mg, dgc, dMg, first: bool) -> None:
     head's backward rounds dz), else (FP32: no cast pass) onto the (rows x d) operands, never as an extra pass
     over P."""
     if p.dtype != zc.dtype:
-        dz = torch.mul(p, wc, out=zc)
-        if dgc is not None:
-            torch.mm(dz, Mg, out=dgc)
-        if dMg is not None:
-            dMg.addmm_(dz.T, gc, beta=0 if first else 1)
+        _gradient_gemms(torch.mul(p, wc, out=zc), gc, Mg, dgc, dMg, first)
         return
     if dgc is not None:
         torch.mm(p, Mg, out=dgc).mul_(wc)
     if dMg is not None:
         dMg.addmm_(p.T, gc * wc, beta=0 if first else 1)
+
+
+def _gradient_gemms(dz, gc, Mg, dgc, dMg, first: bool) -> None:
+    """dg_c = dz M into dgc, dM (+)= dz^T g_c into dMg, for a chunk's dz already weighted (rows x W)."""
+    if dgc is not None:
+        torch.mm(dz, Mg, out=dgc)
+    if dMg is not None:
+        dMg.addmm_(dz.T, gc, beta=0 if first else 1)
+
+
+def fused_chunk_form() -> bool:
+    """Whether a chunk's loss and dz are written as one expression (`_compiled_chunk`): under torch.compile. Eager,
+    the in-place form (softmax into the chunk's buffer, `scatter_add_` of the onehot) makes no temporaries, where
+    the expression would make several (benchmarks patch this to time one form against the other)."""
+    return torch.compiler.is_compiling()
+
+
+def _compiled_chunk(zc, tc, wc, acc, need_dz: bool):
+    """A chunk's loss sum and weighted dz (in zc's dtype) written as one expression for torch.compile: Inductor
+    reads the logits (in the compute dtype) in its reductions and writes dz straight from them, where the eager
+    form's in-place softmax and `scatter_add_` (an ATen fallback) make it store an FP32 copy of the chunk and read
+    it back (rows x W x 8 bytes more traffic per chunk in bf16). Same equations as the module docstring:
+    lse = max z + log sum exp(z - max z), dz = w (exp(z - lse) - onehot(y))."""
+    z = zc.to(acc)
+    top = z.amax(1, keepdim=True)
+    lse = top + (z - top).exp().sum(1, keepdim=True).log()
+    loss = torch.where(wc > 0, lse - z.gather(1, tc), 0).sum()
+    if not need_dz:
+        return loss, None
+    onehot = torch.arange(z.shape[1], device=z.device) == tc
+    return loss, (((z - lse).exp() - onehot.to(acc)) * wc).to(zc.dtype)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -95,6 +123,13 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 zc = z[: len(gc)]
                 torch.mm(gc, Mg.T, out=zc[:, :W])  # padded table: all of zc, contiguous and aligned
                 zc[:, V:] = -math.inf
+                dgc = dg[s : s + chunk_size] if need_g else None
+                if fused_chunk_form():
+                    terms, dz = _compiled_chunk(zc[:, :W], tc, wc, acc, need_g or need_M)
+                    loss += terms
+                    if dz is not None:
+                        _gradient_gemms(dz, gc, Mg, dgc, dMg, s == 0)
+                    continue
                 p = zc.to(acc)  # zc itself unless g is a half type
                 target_logit = p.gather(1, tc)
                 top = p.amax(1, keepdim=True)
@@ -103,7 +138,6 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 loss += torch.where(wc > 0, lse - target_logit, 0).sum()
                 if need_g or need_M:
                     p.scatter_add_(1, tc, torch.full_like(tc, -1, dtype=acc))  # p - onehot(y)
-                    dgc = dg[s : s + chunk_size] if need_g else None
                     _chunk_gradients(p[:, :W], zc[:, :W], gc, wc, Mg, dgc, dMg, s == 0)
         ctx.save_for_backward(dg, dMg)
         ctx.vocab = V
