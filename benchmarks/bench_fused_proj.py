@@ -31,7 +31,7 @@ from common import save_result
 
 from pit.core.interfaces import InterfaceConfig
 from pit.core.linalg import compute_dtype
-from pit.models import build_model, scratch
+from pit.models import build_model
 from pit.training.bench import TrainStep, time_arms
 from pit.training.objective import NextTokenLoss
 
@@ -45,19 +45,8 @@ def fused_forward(self, x, cos, sin, mask=None, cache=None):
     w_in = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, m.gate_proj.weight, m.up_proj.weight])
     widths = [a.n_heads * a.head_dim, a.n_kv * a.head_dim, a.n_kv * a.head_dim, m.up_proj.out_features]
     q, k, v, gate, up = F.linear(h, w_in).split([*widths, widths[-1]], dim=-1)
-    B, T, _ = x.shape
-    q = q.view(B, T, a.n_heads, a.head_dim).transpose(1, 2)
-    k = k.view(B, T, a.n_kv, a.head_dim).transpose(1, 2)
-    v = v.reshape(B, T, a.n_kv, a.head_dim).transpose(1, 2)
-    q = q * cos + scratch.rotate_pairs(q) * sin
-    k = k * cos + scratch.rotate_pairs(k) * sin
-    if cache is not None:
-        k, v = cache.update(k, v, a.layer_idx)
-    y = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, is_causal=mask is None and T > 1, enable_gqa=a.n_kv != a.n_heads
-    )
-    y = y.transpose(1, 2).reshape(B, T, a.n_heads * a.head_dim)
-    inner = torch.cat([torch.sigmoid(a.gate).to(y.dtype) * y, F.silu(gate) * up], dim=-1)
+    y = a.attend(q, k, v, cos, sin, mask, cache)
+    inner = torch.cat([y, F.silu(gate) * up], dim=-1)
     return x + F.linear(inner, torch.cat([a.o_proj.weight, m.down_proj.weight], dim=1))
 
 

@@ -15,7 +15,8 @@
   Inductor stored an FP32 copy of every chunk of logits and read it back; benchmarks/bench_compiled_loss.py),
   `bf16_residual` (the residual stream in bf16 instead of FP32: fewer bytes for every LayerNorm and residual add,
   different training numerics), `fused_proj` (the block's five input projections as one GEMM and its two output
-  projections as one: benchmarks/bench_fused_proj.py) and `expand_kv` (key/value heads repeated before SDPA);
+  projections as one: benchmarks/bench_fused_proj.py); repeating key/value heads before SDPA instead of
+  `enable_gqa` is timed by `sdpa` alone (it lost on the H100 and on the H200: benchmarks/RESULTS.md 16-17);
 - `profile_*.txt`: the CUDA kernels of two steps (torch.profiler) of each arm's baseline at batch 32, eager and
   compiled;
 - `retraction`: PIT's polar retraction of a trainable Z (`after_optimizer_step`) alone;
@@ -60,30 +61,14 @@ PLAN = (  # (arm, batch, compiled, variant), most wanted first: the run stops at
     ("pit", 32, False, ""),
     ("pit_trainable_z", 32, False, ""),
     "head_memory",
-    ("pit", 32, True, "expand_kv"),
 )
-VARIANTS = ("rope_recompute", "eager_form_loss", "fused_proj", "bf16_residual", "expand_kv")
+VARIANTS = ("rope_recompute", "eager_form_loss", "fused_proj", "bf16_residual")
 DEV = torch.device("cuda")
 
 
 def sync():
     if DEV.type == "cuda":
         torch.cuda.synchronize()
-
-
-def expanded_forward(self, x, cos, sin, mask=None, cache=None):
-    """GatedGQA.forward with key/value heads repeated to the query heads before SDPA (no `enable_gqa`)."""
-    B, L, _ = x.shape
-    q = self.q_proj(x).view(B, L, self.n_heads, self.head_dim).transpose(1, 2)
-    k = self.k_proj(x).view(B, L, self.n_kv, self.head_dim).transpose(1, 2)
-    v = self.v_proj(x).view(B, L, self.n_kv, self.head_dim).transpose(1, 2)
-    q = q * cos + scratch.rotate_pairs(q) * sin
-    k = k * cos + scratch.rotate_pairs(k) * sin
-    rep = self.n_heads // self.n_kv
-    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    y = y.transpose(1, 2).reshape(B, L, self.n_heads * self.head_dim)
-    return self.o_proj(torch.sigmoid(self.gate).to(y.dtype) * y)
 
 
 def timed(fn, warm=3, n=10):
@@ -124,9 +109,7 @@ def sdpa_probe() -> dict:
 def apply_variant(variant: str, model) -> None:
     """Patch the model (and scratch's module functions; `step_probe` restores them) for one variant."""
     for part in filter(None, variant.split("+")):
-        if part == "expand_kv":
-            scratch.GatedGQA.forward = expanded_forward
-        elif part == "rope_recompute":
+        if part == "rope_recompute":
             scratch.RopeTable.forward = recompute_forward
         elif part == "eager_form_loss":
             loss_module.fused_chunk_form = lambda: False
@@ -140,7 +123,7 @@ def apply_variant(variant: str, model) -> None:
 
 
 def step_probe(arm: str, batch: int, compiled: bool, variant: str, target: Target, peak: float, out: Path):
-    originals = scratch.GatedGQA.forward, scratch.RopeTable.forward, loss_module.fused_chunk_form
+    originals = scratch.RopeTable.forward, loss_module.fused_chunk_form
     try:
         torch.manual_seed(0)
         model = build_model(MODEL, ARMS[arm], vocab_size=V, seed=0).to(DEV)
@@ -178,7 +161,7 @@ def step_probe(arm: str, batch: int, compiled: bool, variant: str, target: Targe
             row["retraction_ms"] = timed(iface.after_optimizer_step)[0] * 1e3
         return row
     finally:
-        scratch.GatedGQA.forward, scratch.RopeTable.forward, loss_module.fused_chunk_form = originals
+        scratch.RopeTable.forward, loss_module.fused_chunk_form = originals
 
 
 def main(argv=None):

@@ -120,10 +120,15 @@ class GatedGQA(nn.Module):
         self.gate = nn.Parameter(torch.zeros(self.n_heads * hd))
 
     def forward(self, x, cos, sin, mask=None, cache: Cache | None = None):
-        B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
+        return self.o_proj(self.attend(self.q_proj(x), self.k_proj(x), self.v_proj(x), cos, sin, mask, cache))
+
+    def attend(self, q, k, v, cos, sin, mask=None, cache: Cache | None = None):
+        """Projected q (B, T, n_h d_h), k and v (B, T, n_kv d_h) -> sigmoid(g) * concat_heads (B, T, n_h d_h): RoPE on
+        q and k, the cache, causal SDPA (`mask`: padding or a cached prefix) with grouped key/value heads."""
+        B, T, _ = q.shape
+        q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k = k.view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
+        v = v.view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
         q = q * cos + rotate_pairs(q) * sin
         k = k * cos + rotate_pairs(k) * sin
         if cache is not None:
@@ -132,7 +137,7 @@ class GatedGQA(nn.Module):
             q, k, v, attn_mask=mask, is_causal=mask is None and T > 1, enable_gqa=self.n_kv != self.n_heads
         )
         y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)
-        return self.o_proj(torch.sigmoid(self.gate).to(y.dtype) * y)
+        return torch.sigmoid(self.gate).to(y.dtype) * y
 
 
 class SwiGLU(nn.Module):
