@@ -13,7 +13,7 @@ k and v GEMMs, 192 wide, stop running alone). The `fused` variant gives each blo
 (`use_fused_projections`); `benchmarks/gpu_probe.py` measures the same patch on a GPU.
 
 Both variants run in one process on CPU, compiled with Inductor and eager, rounds interleaved, best round kept
-(`time_arms`, as `pit bench`): `pit train`'s step (pit.training.bench.TrainStep, FP32) of a scratch model with the
+(`common.compare_steps`): `pit train`'s step (pit.training.bench.TrainStep, FP32) of a scratch model with the
 133M model's head dim (64), key/value grouping and MLP ratio, at d = 256, `--layers` blocks, V = 8192, 4 windows of
 1024 tokens. Also reported: the largest difference of the logits and of the parameter gradients between the two
 (FP32; the sums run in another order, so round-off, not zero). Results: benchmarks/out/bench_fused_proj.json.
@@ -22,20 +22,16 @@ Both variants run in one process on CPU, compiled with Inductor and eager, round
 from __future__ import annotations
 
 import argparse
-import time
 import types
 
 import torch
 import torch.nn.functional as F
-from common import save_result
+from common import compare_steps, save_result, small_scratch
 
-from pit.core.interfaces import InterfaceConfig
 from pit.core.linalg import compute_dtype
-from pit.models import build_model
-from pit.training.bench import TrainStep, time_arms
 from pit.training.objective import NextTokenLoss
 
-V, T, BATCH = 8192, 1024, 4
+V = 8192
 
 
 def fused_forward(self, x, cos, sin, mask=None, cache=None):
@@ -57,10 +53,7 @@ def use_fused_projections(model) -> None:
 
 
 def make_model(variant: str, layers: int):
-    overrides = dict(hidden_size=256, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=1)
-    model = build_model(
-        "scratch-133m", InterfaceConfig(kind="tt"), vocab_size=V, seed=0, intermediate_size=768, **overrides
-    )
+    model = small_scratch(layers, V)
     if variant == "fused":
         use_fused_projections(model)
     return model
@@ -80,18 +73,6 @@ def differences(layers: int) -> dict:
     return {"logits_rel_diff": rel(l1, l0), "grad_rel_diff": max(rel(g1[n], g0[n]) for n in g0)}
 
 
-def make_step(variant: str, compiled: bool, layers: int):
-    torch._dynamo.reset()
-    model = make_model(variant, layers)
-    loss = NextTokenLoss(model)
-    if compiled:
-        loss = torch.compile(loss, dynamic=False)
-    batch = torch.randint(0, V, (BATCH, T + 1), generator=torch.Generator().manual_seed(0))
-    step = TrainStep(model, loss, batch)
-    step()  # compiles here
-    return step
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
@@ -100,17 +81,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     rows = differences(args.layers)
-    arms = {}
-    for compiled in (True, False):
-        for variant in ("separate", "fused"):
-            start = time.perf_counter()
-            arms[f"{'compiled' if compiled else 'eager'}_{variant}"] = make_step(variant, compiled, args.layers)
-            rows[f"{'compiled' if compiled else 'eager'}_{variant}_setup_s"] = round(time.perf_counter() - start, 1)
-    best = time_arms(arms, args.rounds, repeats=1)
-    for name in arms:
-        rows[f"{name}_step_ms"] = round(best[name] * 1e3, 1)
-    for mode in ("compiled", "eager"):
-        rows[f"{mode}_fused_over_separate"] = round(best[f"{mode}_fused"] / best[f"{mode}_separate"], 3)
+    steps, _ = compare_steps({"fused": use_fused_projections, "separate": None}, args.layers, args.rounds)
+    rows |= steps
     result = {"torch": torch.__version__, "threads": torch.get_num_threads(), "layers": args.layers, **rows}
     save_result("bench_fused_proj", result, args.json)
     if not args.json:

@@ -36,11 +36,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from bench_fused_proj import use_fused_projections  # the parallel block's seven projections as two GEMMs
-from bench_rope_table import recompute_forward  # RoPE as before the model's table
+from bench_rope_table import use_recomputed_rope  # RoPE as before the model's table
 from torch.profiler import ProfilerActivity, profile
 
 import pit.core.loss as loss_module
-from pit.models import build_model, scratch
+from pit.models import build_model
 from pit.training.bench import ARMS, SIZES, Bench, Target, TrainStep, bf16_peak, flops_per_token, memory_section
 from pit.training.objective import NextTokenLoss
 
@@ -107,10 +107,10 @@ def sdpa_probe() -> dict:
 
 
 def apply_variant(variant: str, model) -> None:
-    """Patch the model (and scratch's module functions; `step_probe` restores them) for one variant."""
+    """Patch the model (its instances, and the loss module's `fused_chunk_form`: `step_probe` restores it)."""
     for part in filter(None, variant.split("+")):
         if part == "rope_recompute":
-            scratch.RopeTable.forward = recompute_forward
+            use_recomputed_rope(model)
         elif part == "eager_form_loss":
             loss_module.fused_chunk_form = lambda: False
         elif part == "fused_proj":
@@ -123,7 +123,7 @@ def apply_variant(variant: str, model) -> None:
 
 
 def step_probe(arm: str, batch: int, compiled: bool, variant: str, target: Target, peak: float, out: Path):
-    originals = scratch.RopeTable.forward, loss_module.fused_chunk_form
+    original = loss_module.fused_chunk_form
     try:
         torch.manual_seed(0)
         model = build_model(MODEL, ARMS[arm], vocab_size=V, seed=0).to(DEV)
@@ -161,7 +161,7 @@ def step_probe(arm: str, batch: int, compiled: bool, variant: str, target: Targe
             row["retraction_ms"] = timed(iface.after_optimizer_step)[0] * 1e3
         return row
     finally:
-        scratch.RopeTable.forward, loss_module.fused_chunk_form = originals
+        loss_module.fused_chunk_form = original
 
 
 def main(argv=None):
