@@ -21,7 +21,7 @@ import re
 import sys
 
 import torch
-from common import save_result
+from common import report
 from torch._inductor.utils import run_and_get_code
 
 import pit.core.loss as one_pass
@@ -83,11 +83,7 @@ def main(argv=None):
         rows[f"{name}_one_pass_over_eager_form"] = round(best[f"{name}_one_pass"] / best[f"{name}_eager_form"], 3)
         rel = [float((a - b).norm() / b.norm()) for a, b in zip(results["one_pass"], results["eager_form"])]
         rows[f"{name}_loss_rel_diff"], rows[f"{name}_grad_rel_diff"] = rel[0], max(rel[1:])
-    result = {"torch": torch.__version__, "threads": torch.get_num_threads(), "tokens": args.tokens, "dim": args.dim}
-    save_result("bench_compiled_loss", {**result, **rows}, args.json)
-    if not args.json:
-        for key, value in rows.items():
-            print(key, value)
+    report("bench_compiled_loss", rows, args.json, tokens=args.tokens, dim=args.dim)
 
 
 if __name__ == "__main__":

@@ -21,12 +21,11 @@ Both variants run in one process on CPU, compiled with Inductor and eager, round
 
 from __future__ import annotations
 
-import argparse
 import types
 
 import torch
 import torch.nn.functional as F
-from common import compare_steps, save_result, small_scratch
+from common import compare_steps, report, small_scratch, step_comparison_args
 
 from pit.core.linalg import compute_dtype
 from pit.training.objective import NextTokenLoss
@@ -74,20 +73,12 @@ def differences(layers: int) -> dict:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
+    args = step_comparison_args(__doc__, argv)
     torch.manual_seed(0)
     rows = differences(args.layers)
     steps, _ = compare_steps({"fused": use_fused_projections, "separate": None}, args.layers, args.rounds)
     rows |= steps
-    result = {"torch": torch.__version__, "threads": torch.get_num_threads(), "layers": args.layers, **rows}
-    save_result("bench_fused_proj", result, args.json)
-    if not args.json:
-        for name, value in rows.items():
-            print(name, value)
+    report("bench_fused_proj", rows, args.json, layers=args.layers)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,11 @@ writes for the compiled step. Results: benchmarks/out/bench_rope_table.json.
 
 from __future__ import annotations
 
-import argparse
 import re
 import types
 
 import torch
-from common import compare_steps, save_result
+from common import compare_steps, report, step_comparison_args
 
 from pit.models import scratch
 
@@ -37,20 +36,12 @@ def use_recomputed_rope(model) -> None:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
+    args = step_comparison_args(__doc__, argv)
     torch.manual_seed(0)
     rows, codes = compare_steps({"table": None, "recompute": use_recomputed_rope}, args.layers, args.rounds)
     for name, code in codes.items():
         rows[f"compiled_{name}_trig_calls_in_kernels"] = sum(len(re.findall(r"\b(?:cos|sin)\(", c)) for c in code)
-    result = {"torch": torch.__version__, "threads": torch.get_num_threads(), "layers": args.layers, **rows}
-    save_result("bench_rope_table", result, args.json)
-    if not args.json:
-        for name, value in rows.items():
-            print(name, value)
+    report("bench_rope_table", rows, args.json, layers=args.layers)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,29 @@ def save_result(name: str, result: dict, print_json: bool) -> None:
         print(json.dumps(result, indent=2))
 
 
+def step_comparison_args(doc: str, argv=None):
+    """The command line of a `compare_steps` script: --rounds (3), --layers (4), --json."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (the best is kept)")
+    ap.add_argument("--layers", type=int, default=4, help="blocks of the small scratch model")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    return ap.parse_args(argv)
+
+
+def report(name: str, rows: dict, print_json: bool, **settings) -> None:
+    """`save_result` of torch's version, its thread count, `settings` and `rows`; without `print_json`, the rows
+    printed one per line."""
+    import torch
+
+    result = {"torch": torch.__version__, "threads": torch.get_num_threads(), **settings, **rows}
+    save_result(name, result, print_json)
+    if not print_json:
+        for key, value in rows.items():
+            print(key, value)
+
+
 def small_scratch(layers: int, vocab: int = 8192):
     """A small TT scratch model with the 133M model's head dim (64), key/value grouping (4 query heads per key/value
     head) and MLP ratio (3): d = 256, `layers` blocks, `vocab` tokens."""
