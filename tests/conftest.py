@@ -16,13 +16,16 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get(
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `cuda` need a CUDA device: without one they are deselected (listed as such), not skipped."""
-    if torch.cuda.is_available():
-        return
-    keep = [item for item in items if item.get_closest_marker("cuda") is None]
-    if len(keep) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("cuda")])
-        items[:] = keep
+    """Tests marked `cuda` need a CUDA device: without one they are deselected (listed as such), not skipped.
+    Tests marked `slow` run first (a stable sort): pytest-xdist hands out tests in this order, so the long ones
+    start while the short ones can still fill in behind them, and the workers finish together instead of one
+    running a long test alone at the end."""
+    if not torch.cuda.is_available():
+        keep = [item for item in items if item.get_closest_marker("cuda") is None]
+        if len(keep) < len(items):
+            config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("cuda")])
+            items[:] = keep
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def pytest_report_header(config):

@@ -33,6 +33,7 @@ def pit_bench(*args):
     return subprocess.run([sys.executable, "-m", "pit", "bench", *args], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_json_schema_is_stable():
     run = pit_bench("--json", "--size", "tiny", "--rounds", "1")
     assert run.returncode == 0, run.stderr[-2000:]
@@ -108,6 +109,7 @@ def test_json_schema_is_stable():
     assert r["settings"]["arms"] == ["pit", "pit_trainable_z", "tt", "untied"] and r["settings"]["vocabs"] == []
 
 
+@pytest.mark.slow
 def test_bf16_run_reads_mfu_against_a_given_peak():
     """The GPU code path on CPU: bf16 autocast steps, a bf16 GEMM, MFU also against --peak-tflops."""
     bf16 = (
@@ -162,6 +164,7 @@ def test_model_flops_follow_the_palm_count():
     assert flops_per_token(pit, 128) == 6 * body + 4 * 1000 * 64 + 12 * 2 * 64 * 128 + 12 * 64 * 64
 
 
+@pytest.mark.slow
 def test_compiled_tiny_bench_runs():
     """`pit bench --compile` (inductor) on CPU: the step's loss module compiled (one arm: about 30 s of compiling
     with a cold cache on 2 cores), the rows as in eager."""

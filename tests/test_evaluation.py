@@ -70,6 +70,7 @@ def package_verdicts(path) -> dict[str, bool]:
     return {r["task_id"]: r["passed"] for r in rows}
 
 
+@pytest.mark.slow
 def test_humaneval_canonical_all_pass_and_agrees_with_package(humaneval, sample_files):
     start = time.perf_counter()
     result = score(humaneval, read_samples(sample_files["canonical"]), LIMITS, workers=2)
@@ -81,12 +82,14 @@ def test_humaneval_canonical_all_pass_and_agrees_with_package(humaneval, sample_
     assert package_verdicts(sample_files["canonical"]) == dict.fromkeys(humaneval.records, True)
 
 
+@pytest.mark.slow
 def test_humaneval_wrong_bodies_all_fail(humaneval, sample_files):
     """`pass` (a None return) fails all 164 problems; the mixed set below has `return None` for a third of them."""
     result = score(humaneval, read_samples(sample_files["pass"]), LIMITS, workers=2)
     assert (result["passed"], result["n"]) == (0, 164)
 
 
+@pytest.mark.slow
 def test_humaneval_mixed_agrees_with_package(humaneval, sample_files):
     result = score(humaneval, read_samples(sample_files["mixed"]), LIMITS, workers=2)
     ours = {i: r["passed"] for i, r in result["results"].items()}
@@ -316,6 +319,7 @@ def test_cli_generates_and_scores(tmp_path):
     assert [s["task_id"] for s in samples] == [f"gsm8k/{i}" for i in range(5)]
 
 
+@pytest.mark.slow
 def test_cli_evaluates_several_tasks_with_one_model_load(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 

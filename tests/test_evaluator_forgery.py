@@ -324,12 +324,14 @@ def passing(task, programs) -> list:
     return [(route, i, r) for (route, i, _), r in zip(programs, results) if r.passed]
 
 
+@pytest.mark.slow
 def test_frame_walking_and_forged_replies_pass_no_humaneval_problem(humaneval):
     """The headline route on all 164 problems: whatever the sandbox side holds, written anywhere, fails."""
     programs = [("frame walk", i, humaneval.program(i, FRAME_WALK)) for i in humaneval.records]
     assert passing(humaneval, programs) == []
 
 
+@pytest.mark.slow
 def test_the_probes_routes_pass_no_humaneval_problem(humaneval):
     programs = [(route, i, humaneval.program(i, c)) for route, c in ROUTES.items() for i in SUBSET]
     programs += [("redefined prompt helper", i, humaneval.program(i, c)) for i, c in HELPERS.items()]
@@ -357,6 +359,7 @@ def test_the_helper_and_builtin_routes_are_real(humaneval):
     assert in_process_passes(humaneval.records["HumanEval/4"], shadowed)  # every assert there is abs(...) < 1e-6
 
 
+@pytest.mark.slow
 def test_the_routes_pass_no_mbpp_standin_task():
     """MBPP stand-in: the frame walk at the top level, with no function defined (the old route passed 100/100)."""
     task = load_task("mbpp")

@@ -91,6 +91,7 @@ def test_run_folder_metrics_and_interface(kind, tiny_data, tmp_path):
     assert not (tmp_path / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_matches_uninterrupted_run(tiny_data, tmp_path):
     s = spec(tiny_data, max_steps=16, checkpoint_every=4, eval_every=6)
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "killed"
@@ -192,6 +193,7 @@ def test_mlflow_sqlite_store_has_params_metrics_artifacts(tiny_data, tmp_path):
         assert sorted((m.step, m.value) for m in other.get_metric_history(synced.info.run_id, key)) == sorted(live), key
 
 
+@pytest.mark.slow
 def test_mlflow_server_down_mid_run_does_not_stop_training(tiny_data, tmp_path):
     import mlflow
 

@@ -439,7 +439,9 @@ def memory_section(size: Size, bench: Bench) -> list[dict]:
     tokens, vocab, dim = size.memory
     target, rows = bench.target, []
     args = (tokens, vocab, dim, str(target.device), target.bf16)
-    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"), max_tasks_per_child=1) as pool:
+    context = get_context("forkserver")  # a fresh process per probe, forked from a server that imported this module
+    context.set_forkserver_preload([__name__])
+    with ProcessPoolExecutor(max_workers=1, mp_context=context, max_tasks_per_child=1) as pool:
         for kind in ("pit", "tt"):
             probe = {
                 loss: head_loss_probe(kind, loss, *args)
