@@ -122,6 +122,51 @@ def write_tokens(f, results, token_budget: int | None, bar) -> tuple[int, int]:
     return n_tokens, n_docs
 
 
+def _check_settings(workers: int, batch_documents: int, token_budget: int | None, encoder: str) -> None:
+    if workers < 1 or batch_documents < 1:
+        raise PitError(f"workers {workers} / batch_documents {batch_documents}: expected positive integers")
+    if token_budget is not None and token_budget < 1:
+        raise PitError(f"token_budget {token_budget}: expected a positive integer or none")
+    if encoder not in ("auto", "tokenizers"):
+        raise PitError(f"encoder {encoder!r}: expected 'auto' or 'tokenizers'")
+
+
+def _split_batches(corpus, manifest: dict, split: str, batch_documents: int, domain: dict | None):
+    """(the split's first batch of texts, an iterator over all its batches, the first included); a domain that
+    selects no document of the split is an error."""
+    if split not in manifest["shards"]:
+        raise PitError(f"split {split!r}: expected one of {sorted(manifest['shards'])}")
+    batches = iter_text_batches(corpus, split, batch_documents, domain)
+    first = next(batches, [])
+    if domain is not None and not first:
+        raise PitError(
+            f"domain {domain.get('name')!r} (include {domain.get('include')}, exclude {domain.get('exclude')}) "
+            f"selects no document of the {split} split of corpus {manifest['name']!r}; expected at least one"
+        )
+    return first, itertools.chain([first], batches)
+
+
+def _sidecar(split, meta, manifest, encoder, dtype, n_tokens, n_docs, token_budget, domain) -> dict[str, Any]:
+    """What a token file holds and how it was made: tokenizer, encoder, dtype, counts, corpus, budget, domain."""
+    sidecar = {
+        "split": split,
+        "tokenizer": meta["name"],
+        "tokenizer_sha256": meta["tokenizer_sha256"],
+        "vocab_size": meta["vocab_size"],
+        "eos_id": meta["eos_id"],
+        "encoder": encoder,
+        "dtype": dtype.name,
+        "tokens": n_tokens,
+        "documents": n_docs,
+        "corpus": manifest["name"],
+        "manifest_sha256": manifest["manifest_sha256"],
+        "token_budget": token_budget,
+    }
+    if domain is not None:  # (absent otherwise: the sidecars of whole splits are unchanged)
+        sidecar["domain"] = domain
+    return sidecar
+
+
 def tokenize_split(
     corpus: str | os.PathLike,
     split: str,
@@ -142,28 +187,13 @@ def tokenize_split(
     With `context_length`, the file must hold at least one window of context_length + 1 tokens.
     `encoder`: auto (tiktoken where it gives the same ids, else tokenizers) | tokenizers.
     """
-    if workers < 1 or batch_documents < 1:
-        raise PitError(f"workers {workers} / batch_documents {batch_documents}: expected positive integers")
-    if token_budget is not None and token_budget < 1:
-        raise PitError(f"token_budget {token_budget}: expected a positive integer or none")
+    _check_settings(workers, batch_documents, token_budget, encoder)
     manifest = read_manifest(corpus)
-    if split not in manifest["shards"]:
-        raise PitError(f"split {split!r}: expected one of {sorted(manifest['shards'])}")
     tokenizer, meta = load_tokenizer(tokenizer_folder)
     dtype = token_dtype(meta["vocab_size"])
     init_args = (str(Path(tokenizer_folder) / "tokenizer.json"), meta["eos_id"], dtype.str)
-    batches = iter_text_batches(corpus, split, batch_documents, domain)
-    first = next(batches, [])
-    if domain is not None and not first:
-        raise PitError(
-            f"domain {domain.get('name')!r} (include {domain.get('include')}, exclude {domain.get('exclude')}) "
-            f"selects no document of the {split} split of corpus {manifest['name']!r}; expected at least one"
-        )
-    batches = itertools.chain([first], batches)
-    if encoder not in ("auto", "tokenizers"):
-        raise PitError(f"encoder {encoder!r}: expected 'auto' or 'tokenizers'")
+    first, batches = _split_batches(corpus, manifest, split, batch_documents, domain)
     encoding, why_not = choose_encoder(tokenizer, init_args[0], first) if encoder == "auto" else (None, "asked for")
-    encoder = f"tiktoken {version('tiktoken')}" if encoding is not None else f"tokenizers {version('tokenizers')}"
     if encoding is None:
         print(f"tokenize {split} with {meta['name']}: tokenizers encodes ({why_not})")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker process
@@ -194,21 +224,7 @@ def tokenize_split(
         if pool is not None:
             pool.terminate()
         bar.close()
-    sidecar = {
-        "split": split,
-        "tokenizer": meta["name"],
-        "tokenizer_sha256": meta["tokenizer_sha256"],
-        "vocab_size": meta["vocab_size"],
-        "eos_id": meta["eos_id"],
-        "encoder": encoder,
-        "dtype": dtype.name,
-        "tokens": n_tokens,
-        "documents": n_docs,
-        "corpus": manifest["name"],
-        "manifest_sha256": manifest["manifest_sha256"],
-        "token_budget": token_budget,
-    }
-    if domain is not None:  # (absent otherwise: the sidecars of whole splits are unchanged)
-        sidecar["domain"] = domain
+    encoder = f"tiktoken {version('tiktoken')}" if encoding is not None else f"tokenizers {version('tokenizers')}"
+    sidecar = _sidecar(split, meta, manifest, encoder, dtype, n_tokens, n_docs, token_budget, domain)
     write_json(sidecar_path, sidecar)
     return sidecar
