@@ -14,9 +14,10 @@
   `eager_form_loss` (the compiled loss's chunks in the eager in-place form, as before `pit.core.loss._compiled_chunk`:
   Inductor stored an FP32 copy of every chunk of logits and read it back; benchmarks/bench_compiled_loss.py),
   `bf16_residual` (the residual stream in bf16 instead of FP32: fewer bytes for every LayerNorm and residual add,
-  different training numerics), `fused_proj` (the block's five input projections as one GEMM and its two output
-  projections as one: benchmarks/bench_fused_proj.py); repeating key/value heads before SDPA instead of
-  `enable_gqa` is timed by `sdpa` alone (it lost on the H100 and on the H200: benchmarks/RESULTS.md 16-17);
+  different training numerics, measured on CPU by benchmarks/bench_bf16_residual.py), `fused_proj` (the block's
+  five input projections as one GEMM and its two output projections as one: benchmarks/bench_fused_proj.py);
+  repeating key/value heads before SDPA instead of `enable_gqa` is timed by `sdpa` alone (it lost on the H100 and on
+  the H200: benchmarks/RESULTS.md 16-17);
 - `profile_*.txt`: the CUDA kernels of two steps (torch.profiler) of each arm's baseline at batch 32, eager and
   compiled;
 - `retraction`: PIT's polar retraction of a trainable Z (`after_optimizer_step`) alone;
@@ -35,6 +36,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from bench_bf16_residual import use_bf16_residual  # the residual stream in bf16 (its numerics: that script)
 from bench_fused_proj import use_fused_projections  # the parallel block's seven projections as two GEMMs
 from bench_rope_table import use_recomputed_rope  # RoPE as before the model's table
 from torch.profiler import ProfilerActivity, profile
@@ -116,8 +118,7 @@ def apply_variant(variant: str, model) -> None:
         elif part == "fused_proj":
             use_fused_projections(model)
         elif part == "bf16_residual":
-            embed = model.interface.embed
-            model.interface.embed = lambda ids, embed=embed: embed(ids).to(torch.bfloat16)
+            use_bf16_residual(model)
         else:
             raise ValueError(f"variant {part!r} is unknown; expected one of {VARIANTS}")
 
