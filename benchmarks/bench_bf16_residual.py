@@ -37,10 +37,10 @@ from common import report
 
 import pit.training.pretrain as pretrain
 from pit.data.reader import TokenFile
+from pit.reporting.stats import t_interval
 from pit.training.args import PretrainArgs
 
 MODEL, SEQ = "scratch-tiny-l", 128
-T95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}  # t(0.975, n-1)
 
 
 def use_bf16_residual(model) -> None:
@@ -133,10 +133,9 @@ def init_errors(vocab: int, batch) -> dict:
 
 
 def interval(diffs: list[float]) -> dict:
-    """Mean of paired differences and its 95% t interval (n = len(diffs))."""
-    n, mean = len(diffs), statistics.fmean(diffs)
-    half = T95[n] * statistics.stdev(diffs) / n**0.5 if n > 1 else float("nan")
-    return {"mean": mean, "ci95": [mean - half, mean + half], "n": n, "per_seed": diffs}
+    """Mean of paired differences and its 95% t interval (the claims table's `t_interval`)."""
+    mean, half = t_interval(diffs)
+    return {"mean": mean, "ci95": [mean - half, mean + half], "n": len(diffs), "per_seed": diffs}
 
 
 def summarize(runs: dict, seeds: list[int]) -> dict:
