@@ -49,8 +49,8 @@ from pit.training.objective import NextTokenLoss
 V, T, MODEL = 50257, 1024, "scratch-133m"
 # (arm, batch, compiled, variant), most wanted first: the run stops at its deadline. The order follows the estimate of
 # benchmarks/RESULTS.md section 20: after the RoPE table and the one-pass loss, the gap to 45% is a few ms, for which
-# batch 64 and fused projections are the candidates; the bf16 stream is worth about 1 ms (scripts/gpu_check.sh
-# measures the compiled baselines at batch 32 too, so a probe run after it starts where gpu_check stops)
+# batch 64 and fused projections are the candidates; the bf16 stream is worth about 1 ms. The baselines come first
+# even after scripts/gpu_check.sh has measured them: each variant is compared with a baseline of the same process
 PLAN = (
     ("tt", 32, True, ""),
     ("tt", 64, True, ""),
