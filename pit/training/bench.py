@@ -60,7 +60,7 @@ from pit.training.objective import NextTokenLoss
 from pit.training.optim import optimizer_update, param_groups
 from pit.training.runtime import resolve_device
 
-SCHEMA = "pit-bench/4"
+SCHEMA = "pit-bench/5"
 # Dense BF16 tensor-core peaks (FLOP/s, without sparsity) from NVIDIA's datasheets, matched in this order against
 # torch.cuda.get_device_name(); another GPU gets MFU against its measured GEMM only, unless --peak-tflops is given.
 BF16_PEAKS = (
@@ -581,6 +581,18 @@ def _check_settings(size, rounds, repeats, layers, precision, peak_tflops, batch
         raise PitError(f"bench arms {list(arms)}; expected some of {list(ARMS)}")
 
 
+def timed_section(seconds: dict, name: str, sections: tuple[str, ...], fn) -> list[dict]:
+    """fn()'s rows when `name` is among `sections` (else no rows), and its wall time into seconds[name] (None when left
+    out): building the models, warm-ups and compiling included."""
+    if name not in sections:
+        seconds[name] = None
+        return []
+    start = time.perf_counter()
+    rows = fn()
+    seconds[name] = time.perf_counter() - start
+    return rows
+
+
 def run_bench(
     size: str = "default",
     rounds: int = 3,
@@ -602,10 +614,12 @@ def run_bench(
     _check_settings(size, rounds, repeats, layers, precision, peak_tflops, batches, sections, arms, vocabs)
     target = Target(resolve_device(device), precision == "bf16" or (precision is None and device.startswith("cuda")))
     bench, s = Bench(target, bf16_peak(target, peak_tflops), compile), SIZES[size]
-    batches = tuple(batches) or s.sweep()
+    batches, seconds = tuple(batches) or s.sweep(), {}
     with torch._dynamo.config.patch(recompile_limit=64):  # one compiled graph per arm and shape, one code object
-        train = train_section(s, layers, rounds, repeats, bench, batches, arms, vocabs) if "train" in sections else []
-        reference = reference_section(s, rounds, repeats, bench) if "reference" in sections else []
+        train = timed_section(
+            seconds, "train", sections, lambda: train_section(s, layers, rounds, repeats, bench, batches, arms, vocabs)
+        )
+        reference = timed_section(seconds, "reference", sections, lambda: reference_section(s, rounds, repeats, bench))
     gemms = [r["gemm_flop_per_s"] for r in train + reference]
     result = {
         "schema": SCHEMA,
@@ -629,8 +643,9 @@ def run_bench(
         },
         "train": train,
         "reference": reference,
-        "head_memory": memory_section(s, bench) if "head_memory" in sections else [],
-        "generate": generate_section(s, layers, rounds, target) if "generate" in sections else [],
+        "head_memory": timed_section(seconds, "head_memory", sections, lambda: memory_section(s, bench)),
+        "generate": timed_section(seconds, "generate", sections, lambda: generate_section(s, layers, rounds, target)),
+        "section_s": seconds,
     }
     result["acceptance"] = acceptance(result)
     return result
@@ -663,5 +678,7 @@ def to_text(r: dict) -> str:
     lines.append("\ngeneration (greedy, KV cache):")
     for row in r["generate"]:
         lines.append(f"  {row['arm']:8s} {row['tokens_per_s']:8.1f} tok/s (batch {row['batch']})")
+    ran = {name: t for name, t in r["section_s"].items() if t is not None}
+    lines.append("\nwall time per section: " + ", ".join(f"{name} {t:.1f} s" for name, t in ran.items()))
     lines.append("\nacceptance: " + json.dumps(r["acceptance"]))
     return "\n".join(lines)
