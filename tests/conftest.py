@@ -6,6 +6,8 @@ import pytest
 import torch
 from helpers import STDLIB_CORPUS, killed_and_resumed
 
+from pit.training.allocator import environment
+
 # Determinism and a quiet, offline environment for every test.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -13,6 +15,22 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Commands run by name (`pit`, `snakemake`, `dvc`) are this interpreter's, e.g. the checkout's .venv (docs/install.md).
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def pytest_configure(config):
+    """Set here, in the process that starts the xdist workers, so the workers and every program the tests start
+    get it (both are read only when a process starts):
+    - pit's host memory policy (pit/training/allocator.py), which `pit train` gives itself: in-process tests that
+      allocate large tensors (the XL interface tests, in-process training) no longer page-fault them in afresh at
+      every allocation. Numerics are untouched. A test that wants glibc's defaults sets PIT_MALLOC=system or builds
+      its child's environment itself (tests/test_allocator.py).
+    - OMP_WAIT_POLICY=PASSIVE, unless set: OpenMP threads that wait for work sleep instead of spinning. Two workers
+      on two cores each run torch with its default thread count (the resume tests compare in-process runs with
+      `pit train` processes bit for bit, so the count must stay torch's default); spinning threads take the cores
+      the other worker's threads need. Results do not change, only how idle threads wait."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:  # the controller, or a run without xdist
+        os.environ.update(environment())
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def pytest_collection_modifyitems(config, items):
