@@ -1,0 +1,76 @@
+"""Where the test suite's time goes: each test's start and end, per pytest-xdist worker.
+
+As a pytest plugin it appends one JSON line per test (worker, test id, start, end, in seconds since the epoch) to
+the file named by SUITE_TIMELINE (default `suite_timeline.jsonl` in the current folder):
+
+    PYTHONPATH=benchmarks .venv/bin/python -m pytest -q -p suite_timeline
+    python benchmarks/suite_timeline.py suite_timeline.jsonl
+
+As a script it prints each worker's span and busy time, the time by test file, and the longest tests. A suite whose
+workers end together and whose cores are saturated (`vmstat 5` beside it) gets shorter only by doing less work;
+one whose workers end apart gets shorter by scheduling (benchmarks/RESULTS.md, section 22).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections import Counter
+
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    start = time.time()
+    yield
+    row = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid, "start": start}
+    with open(os.environ.get("SUITE_TIMELINE", "suite_timeline.jsonl"), "a") as f:
+        f.write(json.dumps(row | {"end": time.time()}) + "\n")
+
+
+def summary(rows: list[dict], longest: int = 10) -> dict:
+    """Per worker: first start and last end (seconds from the suite's first start) and the summed test time; per
+    test file: the summed test time, largest first; the `longest` tests."""
+    t0 = min(r["start"] for r in rows)
+    workers = {}
+    for w in sorted({r["worker"] for r in rows}):
+        mine = [r for r in rows if r["worker"] == w]
+        workers[w] = {
+            "tests": len(mine),
+            "first_start_s": min(r["start"] for r in mine) - t0,
+            "last_end_s": max(r["end"] for r in mine) - t0,
+            "busy_s": sum(r["end"] - r["start"] for r in mine),
+        }
+    files = Counter()
+    for r in rows:
+        files[r["test"].split("::")[0]] += r["end"] - r["start"]
+    tests = sorted(rows, key=lambda r: r["start"] - r["end"])[:longest]
+    return {
+        "workers": workers,
+        "files": dict(files.most_common()),
+        "longest": [(r["test"], r["end"] - r["start"]) for r in tests],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("timeline", help="the JSON-lines file the plugin wrote")
+    parser.add_argument("--files", type=int, default=15, help="how many test files to list")
+    args = parser.parse_args()
+    with open(args.timeline) as f:
+        s = summary([json.loads(line) for line in f if line.strip()])
+    for w, v in s["workers"].items():
+        print(f"{w}: {v['tests']} tests, {v['first_start_s']:.1f} -> {v['last_end_s']:.1f} s, busy {v['busy_s']:.1f} s")
+    print(f"\nsummed test time {sum(s['files'].values()):.1f} s; by file:")
+    for name, seconds in list(s["files"].items())[: args.files]:
+        print(f"  {seconds:8.1f} s  {name}")
+    print("\nlongest tests:")
+    for name, seconds in s["longest"]:
+        print(f"  {seconds:8.1f} s  {name}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""benchmarks/suite_timeline.py: the plugin records every test of a real pytest run, and the summary adds the time
+up by worker and by file (without xdist, one worker: `main`; xdist's would be gw0, gw1, ...)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def test_plugin_records_each_test_per_worker_and_the_summary_adds_them_up(tmp_path):
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # this folder is the run's root: not the project's settings
+    (tmp_path / "test_a.py").write_text(
+        "import time\nimport pytest\n\n@pytest.mark.parametrize('i', range(3))\ndef test_sleep(i):\n"
+        "    time.sleep(0.2)\n"
+    )
+    (tmp_path / "test_b.py").write_text("def test_quick():\n    pass\n")
+    timeline = tmp_path / "timeline.jsonl"
+    env = os.environ | {"PYTHONPATH": str(BENCHMARKS), "SUITE_TIMELINE": str(timeline)}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "suite_timeline", "-p", "no:xdist", "-p", "no:cacheprovider"],
+        cwd=tmp_path, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    rows = [json.loads(line) for line in timeline.read_text().splitlines()]
+    assert sorted(r["test"] for r in rows) == [
+        *(f"test_a.py::test_sleep[{i}]" for i in range(3)),
+        "test_b.py::test_quick",
+    ]
+    assert {r["worker"] for r in rows} == {"main"} and all(r["end"] >= r["start"] for r in rows)
+
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from suite_timeline import summary
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    s = summary(rows, longest=2)
+    main = s["workers"]["main"]
+    assert list(s["workers"]) == ["main"] and main["tests"] == 4
+    assert main["busy_s"] == pytest.approx(sum(s["files"].values()))
+    assert list(s["files"]) == ["test_a.py", "test_b.py"] and 0.6 <= s["files"]["test_a.py"] < 5
+    assert len(s["longest"]) == 2
+    assert all(name.startswith("test_a.py") and seconds >= 0.2 for name, seconds in s["longest"])
+    assert 0 == main["first_start_s"] < main["busy_s"] <= main["last_end_s"]
