@@ -13,10 +13,10 @@ from pit.errors import PitError
 # the scratch vocabulary at XL width, the widest d, trained. At XL every float64 V x d x d product takes seconds on
 # a CPU: a step of a trainable Z (its retraction onto the Stiefel manifold) ~8 s, a teacher init's polar
 # decomposition ~7 s, each Delta_TI ~4 s. So XL checks the teacher init whose T is not the identity (inverse_h;
-# identity's Z is the same polar factor) and trains 2 steps of a trainable Z, a first and a last: Z and L both move,
-# so its Delta_TI covers the frozen-Z case's as well. What a frozen Z must do (stay put while L trains) does not
-# depend on the width: test_frozen_z_stays_put_while_l_trains checks it at a small shape, over more steps. The
-# smaller shapes of tests/test_train.py train longer
+# identity's Z is the same polar factor) and trains 2 steps of a trainable Z (lr 1e-4), a first and a last: Z and L
+# both move, and Delta_TI is checked with both trained. The frozen-Z arm that also ran here trained L alone (lr 1e-3);
+# what a frozen Z must do (stay put while L trains, Delta_TI small) is checked at a small shape over 20 steps
+# (test_frozen_z_stays_put_while_l_trains). The smaller shapes of tests/test_train.py train longer
 SIZES = [(50257, 768, ("identity", "inverse_h"), 0), (32000, 1600, ("inverse_h",), 2)]
 
 
