@@ -47,7 +47,7 @@ def summary(rows: list[dict], longest: int = 10) -> dict:
     files = Counter()
     for r in rows:
         files[r["test"].split("::")[0]] += r["end"] - r["start"]
-    tests = sorted(rows, key=lambda r: r["start"] - r["end"])[:longest]
+    tests = sorted(rows, key=lambda r: r["end"] - r["start"], reverse=True)[:longest]
     return {
         "workers": workers,
         "files": dict(files.most_common()),

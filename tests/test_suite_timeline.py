@@ -42,7 +42,7 @@ def test_plugin_records_each_test_per_worker_and_the_summary_adds_them_up(tmp_pa
     main = s["workers"]["main"]
     assert list(s["workers"]) == ["main"] and main["tests"] == 4
     assert main["busy_s"] == pytest.approx(sum(s["files"].values()))
-    assert list(s["files"]) == ["test_a.py", "test_b.py"] and 0.6 <= s["files"]["test_a.py"] < 5
-    assert len(s["longest"]) == 2
-    assert all(name.startswith("test_a.py") and seconds >= 0.2 for name, seconds in s["longest"])
+    assert set(s["files"]) == {"test_a.py", "test_b.py"} and s["files"]["test_a.py"] >= 0.6  # 3 x 0.2 s asleep
+    durations = sorted((r["end"] - r["start"] for r in rows), reverse=True)
+    assert [seconds for _, seconds in s["longest"]] == durations[:2]  # the two longest, longest first
     assert 0 == main["first_start_s"] < main["busy_s"] <= main["last_end_s"]
