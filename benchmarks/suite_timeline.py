@@ -26,7 +26,10 @@ import pytest
 def pytest_runtest_protocol(item, nextitem):
     start = time.time()
     yield
-    row = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid, "start": start}
+    # xdist gives each worker's config a `workerinput`; the PYTEST_XDIST_WORKER variable would also be inherited by
+    # a pytest started from inside a worker, which is not itself a worker
+    worker = getattr(item.config, "workerinput", {}).get("workerid", "main")
+    row = {"worker": worker, "test": item.nodeid, "start": start}
     with open(os.environ.get("SUITE_TIMELINE", "suite_timeline.jsonl"), "a") as f:
         f.write(json.dumps(row | {"end": time.time()}) + "\n")
 

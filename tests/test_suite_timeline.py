@@ -1,5 +1,5 @@
 """benchmarks/suite_timeline.py: the plugin records every test of a real pytest run, and the summary adds the time
-up by worker and by file (without xdist, one worker: `main`; xdist's would be gw0, gw1, ...)."""
+up by worker and by file (without xdist, one worker: `main`; under xdist, gw0, gw1, ...)."""
 
 import json
 import os
@@ -46,3 +46,21 @@ def test_plugin_records_each_test_per_worker_and_the_summary_adds_them_up(tmp_pa
     durations = sorted((r["end"] - r["start"] for r in rows), reverse=True)
     assert [seconds for _, seconds in s["longest"]] == durations[:2]  # the two longest, longest first
     assert 0 == main["first_start_s"] < main["busy_s"] <= main["last_end_s"]
+
+
+def test_under_xdist_each_row_names_the_worker_that_ran_it(tmp_path):
+    """Under xdist the plugin reads the worker's id from xdist's `workerinput` (gw0, gw1); the first test checks that
+    a pytest started from inside one of this suite's workers, which inherits PYTEST_XDIST_WORKER, still says `main`."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_c.py").write_text(
+        "import pytest\n\n@pytest.mark.parametrize('i', range(4))\ndef test_c(i):\n    pass\n"
+    )
+    timeline = tmp_path / "timeline.jsonl"
+    env = os.environ | {"PYTHONPATH": str(BENCHMARKS), "SUITE_TIMELINE": str(timeline)}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "suite_timeline", "-n", "2", "-p", "no:cacheprovider"],
+        cwd=tmp_path, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    rows = [json.loads(line) for line in timeline.read_text().splitlines()]
+    assert len(rows) == 4 and {r["worker"] for r in rows} <= {"gw0", "gw1"}
