@@ -12,21 +12,26 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
-def test_plugin_records_each_test_per_worker_and_the_summary_adds_them_up(tmp_path):
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # this folder is the run's root: not the project's settings
-    (tmp_path / "test_a.py").write_text(
-        "import time\nimport pytest\n\n@pytest.mark.parametrize('i', range(3))\ndef test_sleep(i):\n"
-        "    time.sleep(0.2)\n"
-    )
-    (tmp_path / "test_b.py").write_text("def test_quick():\n    pass\n")
-    timeline = tmp_path / "timeline.jsonl"
+def run_with_timeline(folder, files, *args):
+    """Write `files` (name: source) into `folder`, its own pytest root, run pytest there with the plugin and `args`,
+    and return the timeline's rows."""
+    (folder / "pytest.ini").write_text("[pytest]\n")  # this folder is the run's root: not the project's settings
+    for name, source in files.items():
+        (folder / name).write_text(source)
+    timeline = folder / "timeline.jsonl"
     env = os.environ | {"PYTHONPATH": str(BENCHMARKS), "SUITE_TIMELINE": str(timeline)}
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "suite_timeline", "-p", "no:xdist", "-p", "no:cacheprovider"],
-        cwd=tmp_path, env=env, capture_output=True, text=True,
+        [sys.executable, "-m", "pytest", "-q", "-p", "suite_timeline", "-p", "no:cacheprovider", *args],
+        cwd=folder, env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    rows = [json.loads(line) for line in timeline.read_text().splitlines()]
+    return [json.loads(line) for line in timeline.read_text().splitlines()]
+
+
+def test_plugin_records_each_test_per_worker_and_the_summary_adds_them_up(tmp_path):
+    sleeps = "import time\nimport pytest\n\n@pytest.mark.parametrize('i', range(3))\ndef test_sleep(i):\n"
+    files = {"test_a.py": sleeps + "    time.sleep(0.2)\n", "test_b.py": "def test_quick():\n    pass\n"}
+    rows = run_with_timeline(tmp_path, files, "-p", "no:xdist")
     assert sorted(r["test"] for r in rows) == [
         *(f"test_a.py::test_sleep[{i}]" for i in range(3)),
         "test_b.py::test_quick",
@@ -51,16 +56,6 @@ def test_plugin_records_each_test_per_worker_and_the_summary_adds_them_up(tmp_pa
 def test_under_xdist_each_row_names_the_worker_that_ran_it(tmp_path):
     """Under xdist the plugin reads the worker's id from xdist's `workerinput` (gw0, gw1); the first test checks that
     a pytest started from inside one of this suite's workers, which inherits PYTEST_XDIST_WORKER, still says `main`."""
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    (tmp_path / "test_c.py").write_text(
-        "import pytest\n\n@pytest.mark.parametrize('i', range(4))\ndef test_c(i):\n    pass\n"
-    )
-    timeline = tmp_path / "timeline.jsonl"
-    env = os.environ | {"PYTHONPATH": str(BENCHMARKS), "SUITE_TIMELINE": str(timeline)}
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "suite_timeline", "-n", "2", "-p", "no:cacheprovider"],
-        cwd=tmp_path, env=env, capture_output=True, text=True,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    rows = [json.loads(line) for line in timeline.read_text().splitlines()]
+    source = "import pytest\n\n@pytest.mark.parametrize('i', range(4))\ndef test_c(i):\n    pass\n"
+    rows = run_with_timeline(tmp_path, {"test_c.py": source}, "-n", "2")
     assert len(rows) == 4 and {r["worker"] for r in rows} <= {"gw0", "gw1"}
