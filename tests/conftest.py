@@ -28,7 +28,7 @@ def pytest_configure(config):
       on two cores each run torch with its default thread count (the resume tests compare in-process runs with
       `pit train` processes bit for bit, so the count must stay torch's default); spinning threads take the cores
       the other worker's threads need. Results do not change, only how idle threads wait."""
-    if os.environ.get("PYTEST_XDIST_WORKER") is None:  # the controller, or a run without xdist
+    if not hasattr(config, "workerinput"):  # the controller, or a run without xdist (xdist gives workers this)
         os.environ.update(environment())
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
