@@ -1,6 +1,6 @@
 """Replay a Snakemake run's jobs under another number of GPU slots: what `--resources gpus=N` would change.
 
-    python benchmarks/study_schedule.py SNAKEMAKE_LOG [--slots 3,4,5] [--cores 16] [--priority RULE=N ...]
+    python benchmarks/study_schedule.py SNAKEMAKE_LOG [LOG ...] [--slots 3,4,5] [--cores 16] [--priority RULE=N ...]
                                         [--trials 400] [--json]
 
 The log (Snakemake's own, e.g. `study.log` from scripts/gpu_check.sh) gives every job: its rule, input and output
@@ -11,6 +11,11 @@ workflow/rules/*.smk, or `--priority`; ties in random order, hence `--trials`) w
 Each job keeps the duration it had in the log. That is the model's one assumption, and it errs on the short side
 with more slots: more jobs sharing the GPU makes each one's steps slower. Snakemake's own start (before its first
 job) is not in the log and not counted.
+
+Several logs, of runs one after the other in one folder (scripts/gpu_check.sh's seed-0 slice, then the whole study
+with GPU_CHECK_SEEDS=0,1,2, which runs only the other seeds' jobs and remakes the tables), are replayed as one run
+from scratch: a later log's job replaces an earlier one that made any of the same files, and the earlier runs'
+target-only jobs (`all`, no output) are dropped.
 """
 
 from __future__ import annotations
@@ -56,6 +61,16 @@ def read_jobs(log: Path) -> dict[int, dict]:
     for j in jobs.values():
         j["start"], j["end"] = (j["start"] - t0).total_seconds(), (j["end"] - t0).total_seconds()
     return jobs
+
+
+def read_runs(logs: list[Path]) -> dict[int, dict]:
+    """The jobs of several logs as one run (module docstring), numbered 1, 2, ... in log order."""
+    merged: list[dict] = []
+    for log in logs:
+        jobs = list(read_jobs(log).values())
+        made = {out for j in jobs for out in j["outputs"]}
+        merged = [j for j in merged if j["outputs"] and not made.intersection(j["outputs"])] + jobs
+    return dict(enumerate(merged, 1))
 
 
 def rule_priorities(rules_dir: Path = RULES) -> dict[str, int]:
@@ -105,14 +120,14 @@ def replay(jobs, deps, priority, slots: int, cores: int, rng: random.Random) -> 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("log", type=Path, help="Snakemake's log of the run")
+    ap.add_argument("logs", type=Path, nargs="+", help="Snakemake's log of the run (of each run, in order)")
     ap.add_argument("--slots", default="3,4,5", help="GPU slot counts to replay (comma-separated)")
     ap.add_argument("--cores", type=int, default=16, help="Snakemake's --cores of the replay")
     ap.add_argument("--priority", action="append", default=[], help="RULE=N, over the workflow's (repeatable)")
     ap.add_argument("--trials", type=int, default=400, help="schedules per slot count (random ties)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args(argv)
-    jobs = read_jobs(args.log)
+    jobs = read_runs(args.logs)
     deps, priority = (
         dependencies(jobs),
         rule_priorities() | {rule: int(n) for rule, n in (p.split("=", 1) for p in args.priority)},
@@ -121,11 +136,18 @@ def main(argv=None) -> None:
     for slots in (int(s) for s in args.slots.split(",")):
         walls = [replay(jobs, deps, priority, slots, args.cores, rng) for _ in range(args.trials)]
         rows[f"slots_{slots}"] = {"min": min(walls), "median": statistics.median(walls), "max": max(walls)}
-    logged = max(j["end"] for j in jobs.values())
-    result = {"log": str(args.log), "jobs": len(jobs), "logged_wall_s": logged, "priority": priority, "replay": rows}
+    logged = sum(max(j["end"] for j in read_jobs(log).values()) for log in args.logs)
+    result = {
+        "logs": [str(p) for p in args.logs],
+        "jobs": len(jobs),
+        "logged_wall_s": logged,
+        "priority": priority,
+        "replay": rows,
+    }
     save_result("study_schedule", result, args.json)
     if not args.json:
-        print(f"{len(jobs)} jobs, {logged:.0f} s in the log (first job start to last job end)")
+        each = ", summed over the logs" if len(args.logs) > 1 else ""
+        print(f"{len(jobs)} jobs, {logged:.0f} s logged (first job start to last job end{each})")
         for name, r in rows.items():
             print(f"  {name}: {r['min']:.0f} s to {r['max']:.0f} s, median {r['median']:.0f} s")
 

@@ -8,6 +8,9 @@
 #                                           each alone on the GPU; then the tests marked `cuda` beside the GPU study's
 #                                           smallest slice, config/study-gpu.yaml at seed 0 (results/tables and
 #                                           REPORT.md copied to DIR/study); each step under a timeout
+#   GPU_CHECK_SKIP=tests,bench_eager,bench_compiled GPU_CHECK_SEEDS=0,1,2 GPU_CHECK_STUDY_S=420 \
+#       scripts/gpu_check.sh DIR2           then, on the same machine: the whole three-seed study, reusing the
+#                                           slice's finished jobs in results/ (only seeds 1 and 2 and the tables run)
 #   scripts/gpu_check.sh --cpu-smoke [DIR]  the same plumbing on CPU at tiny sizes (the study slice only planned,
 #                                           `snakemake -n`), in about a minute
 #
@@ -26,8 +29,9 @@
 # `--sections train,head_memory --vocabs 50257`, compiled `--sections train --arms pit,tt --vocabs 50257 --batches
 # 32`; GPU_CHECK_EAGER_ARGS=" " runs every section at both vocabularies, as `pit bench --size gpu`); GPU_CHECK_SKIP
 # (steps to leave out, comma-separated: tests, bench_eager, bench_compiled, study), so the checks can be split over
-# two calls where one call's time limit is shorter than all of them.
-# Exit status: 0 when every step passed, 1 otherwise.
+# two calls where one call's time limit is shorter than all of them; GPU_CHECK_SEEDS (the study's seeds, comma-
+# separated: default 0, the slice).
+# Exit status: 0 when every step passed, 1 otherwise; 2 for a bad GPU_CHECK_SEEDS.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -37,6 +41,8 @@ if [[ "${1:-}" == "--cpu-smoke" ]]; then
     SMOKE=1
     shift
 fi
+SEEDS="${GPU_CHECK_SEEDS:-0}"  # the study's seeds: 0 is the slice; 0,1,2 the whole study
+[[ $SEEDS =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "gpu_check: GPU_CHECK_SEEDS='$SEEDS': expected seeds like 0 or 0,1,2" >&2; exit 2; }
 DEST="${1:-${OUT:-./gpu-check}}"
 mkdir -p "$DEST" || exit 1
 DEST="$(cd "$DEST" && pwd)"
@@ -131,16 +137,17 @@ run_step bench_compiled "${GPU_CHECK_COMPILE_S:-200}" "$DEST/bench_compiled.json
 
 # then the tests and the GPU study's smallest slice side by side: they share the GPU, and neither one's time is a
 # measurement (the tests check values; the study's tables are losses and verdicts). The study is config/study-gpu.yaml
-# at seed 0 (48 jobs; on CPU only planned, `snakemake -n`).
+# at GPU_CHECK_SEEDS (default 0: 48 jobs; on CPU only planned, `snakemake -n`). Its outputs stay in results/, so a
+# second call with GPU_CHECK_SEEDS=0,1,2 on the same machine runs only the other seeds' jobs and the tables.
 run_step tests "${GPU_CHECK_TEST_S:-180}" - "${TESTS[@]}" &
 TESTS_PID=$!
-printf 'seeds: [0]\n' >"$DEST/seed0.yaml"
+printf 'seeds: [%s]\n' "${SEEDS//,/, }" >"$DEST/seeds.yaml"
 # GPU slots: one per 24 GiB of the card (a study job's peak is ~17 GiB allocated), at most 4: 3 on an 80 GB H100, 4 on
 # a 141 GB H200 (16 CPU cores: 2 threads per GPU job, the rest for the diagnoses and the tests)
 SLOTS="${GPU_CHECK_GPUS:-$("$PY" -c 'import json, sys
 m = json.load(open(sys.argv[1])).get("gpu_memory_gib")
 print(min(4, max(1, int(m // 24))) if m else 3)' "$DEST/env.json")}"
-STUDY=("$PY" -m snakemake --configfile config/study-gpu.yaml "$DEST/seed0.yaml" --cores all --resources
+STUDY=("$PY" -m snakemake --configfile config/study-gpu.yaml "$DEST/seeds.yaml" --cores all --resources
     "gpus=$SLOTS" --scheduler greedy)
 [[ $SMOKE == 1 ]] && STUDY+=(-n)
 run_step study "${GPU_CHECK_STUDY_S:-240}" - "${STUDY_ENV[@]}" "${STUDY[@]}"
@@ -150,13 +157,13 @@ if [[ $SMOKE == 0 && $SKIP != *",study,"* ]]; then
     cp -r results/tables results/REPORT.md "$DEST/study/" 2>/dev/null
 fi
 
-"$PY" - "$DEST" "$SMOKE" "$((($(date +%s%N) - SCRIPT_START) / 1000000))" <<'EOF'
+"$PY" - "$DEST" "$SMOKE" "$((($(date +%s%N) - SCRIPT_START) / 1000000))" "$SEEDS" <<'EOF'
 """summary.json and summary.md from the steps' outputs."""
 import json, sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-dest, smoke, wall_ms = Path(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3])
+dest, smoke, wall_ms, seeds = Path(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3]), sys.argv[4].split(",")
 steps = {}
 for line in (dest / "steps.tsv").read_text().splitlines():
     name, rc, ms, limit, start_ms = line.split("\t")
@@ -187,7 +194,7 @@ def bench(name):
             "section_s": r.get("section_s")}
 
 summary = {"mode": "cpu-smoke" if smoke else "gpu", "env": json.loads((dest / "env.json").read_text() or "{}"),
-           "wall_s": round(wall_ms / 1000, 1), "steps": steps, "tests": tests,
+           "wall_s": round(wall_ms / 1000, 1), "steps": steps, "tests": tests, "study_seeds": [int(s) for s in seeds],
            "bench": {k: bench(k) for k in ("eager", "compiled")}}
 summary["ok"] = all(s["exit"] == 0 for s in steps.values() if not s.get("skipped"))
 (dest / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -230,7 +237,7 @@ for name, b in summary["bench"].items():
     md += ["", "acceptance: `" + json.dumps(a) + "`"]
 study = sorted((dest / "study" / "tables").glob("*.md")) if (dest / "study" / "tables").is_dir() else []
 if study:
-    md += ["", "## GPU study, seed 0 (config/study-gpu.yaml)", "", "tables: " + ", ".join(f"study/tables/{t.name}" for t in study)]
+    md += ["", f"## GPU study, seed{'s' * (len(seeds) > 1)} {', '.join(seeds)} (config/study-gpu.yaml)", "", "tables: " + ", ".join(f"study/tables/{t.name}" for t in study)]
     claims = dest / "study" / "tables" / "claims.md"
     md += ["", claims.read_text()] if claims.is_file() else []
 (dest / "summary.md").write_text("\n".join(md) + "\n")

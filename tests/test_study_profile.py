@@ -4,7 +4,11 @@ seed is a wildcard of pretraining, LoRA, evaluation and diagnostics (dry runs: n
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -15,6 +19,12 @@ from pit.data.reader import TokenFile, unigram_entropy
 from pit.reporting.report import learned, table_notes
 
 STUDY_CONFIG = ROOT / "config/study.yaml"
+WORK = ("data", "train", "diagnose", "lora", "evaluate")  # the `pit` commands that do a run's work (not tables)
+
+
+def pit_commands(dry_run_output: str) -> list[str]:
+    """The `pit` command of every job in a dry run with `-p`."""
+    return re.findall(r"^(?:Shell command: )?(pit \S+ .*)$", dry_run_output, re.M)
 
 
 @pytest.fixture(scope="module")
@@ -146,9 +156,15 @@ def test_gpu_study_plans_every_arm_at_realistic_width_and_a_seed_zero_slice(tmp_
     gpu = ROOT / "config/study-gpu.yaml"
     full = snakemake(tmp_path, "-n", "-p", "--configfile", str(gpu), "--cores", "1").stdout
     (tmp_path / "seed0.yaml").write_text("seeds: [0]\n")
-    slice_ = snakemake(tmp_path, "-n", "--configfile", str(gpu), str(tmp_path / "seed0.yaml"), "--cores", "1").stdout
+    slice_ = snakemake(tmp_path, "-n", "-p", "--configfile", str(gpu), str(tmp_path / "seed0.yaml"), "--cores", "1")
+    slice_ = slice_.stdout
     assert job_counts(full)["pretrain"] == 18 and job_counts(slice_)["pretrain"] == 6
     assert job_counts(full)["pretrain_stand_in_teacher"] == job_counts(slice_)["pretrain_stand_in_teacher"] == 1
+    # the whole study after the slice (scripts/gpu_check.sh, GPU_CHECK_SEEDS=0,1,2) reuses the slice's finished jobs:
+    # each of them is a job of the whole study with the same command (Snakemake reruns a job whose params changed)
+    work = [c for c in pit_commands(slice_) if c.split()[1] in WORK]
+    assert len(work) == 8 + 7 + 6 + 4 + 4  # data, train (the stand-in's too), diagnose, lora, evaluate
+    assert set(work) <= set(pit_commands(full))
     specs = [yaml.safe_load(s) for s in re.findall(r"--spec '(\{.*?\})'", full) if '"run_name"' in s]
     runs = {s["run_name"]: s for s in specs if s["run_name"].startswith(("teacher-", "scratch-", "stand-in-"))}
     assert len(runs) == 19
@@ -158,3 +174,27 @@ def test_gpu_study_plans_every_arm_at_realistic_width_and_a_seed_zero_slice(tmp_
         assert spec["train_data"].startswith("results/data/bpe32k/")  # one BPE for both modes and the stand-in
     assert {s.get("model") for n, s in runs.items() if n.startswith("scratch-")} == {"scratch-133m"}
     assert runs["stand-in-teacher-124m"]["model"] == "gpt2-small"
+
+
+def test_gpu_check_runs_the_study_at_the_seeds_it_is_given(tmp_path):
+    """scripts/gpu_check.sh's GPU_CHECK_SEEDS (docs/performance.md): the study step plans config/study-gpu.yaml at
+    those seeds (here on CPU, `--cpu-smoke`: planned only, with the other steps left out) and the summary names
+    them; a malformed value stops the script before it does anything, naming the value."""
+    for part in ("config", "workflow"):
+        shutil.copytree(ROOT / part, tmp_path / part)
+    (tmp_path / "scripts").mkdir()
+    shutil.copy2(ROOT / "scripts/gpu_check.sh", tmp_path / "scripts")
+    (tmp_path / "no-wheels").mkdir()
+    env = os.environ | {"PYTHON": sys.executable, "GPU_CHECK_WHEELS": "no-wheels",
+                        "GPU_CHECK_SKIP": "tests,bench_eager,bench_compiled"}  # fmt: skip
+    check = [str(tmp_path / "scripts/gpu_check.sh"), "--cpu-smoke"]
+    proc = subprocess.run([*check, "out"], cwd=tmp_path, env=env | {"GPU_CHECK_SEEDS": "0,1,2"}, capture_output=True,
+                          text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "out/summary.json").read_text())
+    assert summary["study_seeds"] == [0, 1, 2] and summary["steps"]["study"]["exit"] == 0
+    assert yaml.safe_load((tmp_path / "out/seeds.yaml").read_text()) == {"seeds": [0, 1, 2]}
+    assert job_counts((tmp_path / "out/study.log").read_text())["pretrain"] == 18
+    bad = subprocess.run([*check, "bad"], cwd=tmp_path, env=env | {"GPU_CHECK_SEEDS": "0;1"}, capture_output=True,
+                         text=True)  # fmt: skip
+    assert bad.returncode == 2 and "GPU_CHECK_SEEDS='0;1'" in bad.stderr and not (tmp_path / "bad").exists()
