@@ -63,11 +63,12 @@ def read_jobs(log: Path) -> dict[int, dict]:
     return jobs
 
 
-def read_runs(logs: list[Path]) -> dict[int, dict]:
-    """The jobs of several logs as one run (module docstring), numbered 1, 2, ... in log order."""
+def merge_runs(runs: list[dict[int, dict]]) -> dict[int, dict]:
+    """The jobs of several runs' logs (`read_jobs` of each, in order) as one run (module docstring), numbered 1, 2,
+    ... in log order."""
     merged: list[dict] = []
-    for log in logs:
-        jobs = list(read_jobs(log).values())
+    for run in runs:
+        jobs = list(run.values())
         made = {out for j in jobs for out in j["outputs"]}
         merged = [j for j in merged if j["outputs"] and not made.intersection(j["outputs"])] + jobs
     return dict(enumerate(merged, 1))
@@ -127,7 +128,8 @@ def main(argv=None) -> None:
     ap.add_argument("--trials", type=int, default=400, help="schedules per slot count (random ties)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args(argv)
-    jobs = read_runs(args.logs)
+    runs = [read_jobs(log) for log in args.logs]
+    jobs = merge_runs(runs)
     deps, priority = (
         dependencies(jobs),
         rule_priorities() | {rule: int(n) for rule, n in (p.split("=", 1) for p in args.priority)},
@@ -136,7 +138,7 @@ def main(argv=None) -> None:
     for slots in (int(s) for s in args.slots.split(",")):
         walls = [replay(jobs, deps, priority, slots, args.cores, rng) for _ in range(args.trials)]
         rows[f"slots_{slots}"] = {"min": min(walls), "median": statistics.median(walls), "max": max(walls)}
-    logged = sum(max(j["end"] for j in read_jobs(log).values()) for log in args.logs)
+    logged = sum(max(j["end"] for j in run.values()) for run in runs)
     result = {
         "logs": [str(p) for p in args.logs],
         "jobs": len(jobs),

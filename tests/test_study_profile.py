@@ -156,8 +156,8 @@ def test_gpu_study_plans_every_arm_at_realistic_width_and_a_seed_zero_slice(tmp_
     gpu = ROOT / "config/study-gpu.yaml"
     full = snakemake(tmp_path, "-n", "-p", "--configfile", str(gpu), "--cores", "1").stdout
     (tmp_path / "seed0.yaml").write_text("seeds: [0]\n")
-    slice_ = snakemake(tmp_path, "-n", "-p", "--configfile", str(gpu), str(tmp_path / "seed0.yaml"), "--cores", "1")
-    slice_ = slice_.stdout
+    seed0 = str(tmp_path / "seed0.yaml")
+    slice_ = snakemake(tmp_path, "-n", "-p", "--configfile", str(gpu), seed0, "--cores", "1").stdout
     assert job_counts(full)["pretrain"] == 18 and job_counts(slice_)["pretrain"] == 6
     assert job_counts(full)["pretrain_stand_in_teacher"] == job_counts(slice_)["pretrain_stand_in_teacher"] == 1
     # the whole study after the slice (scripts/gpu_check.sh, GPU_CHECK_SEEDS=0,1,2) reuses the slice's finished jobs:

@@ -77,7 +77,7 @@ def test_two_runs_in_one_folder_replay_as_one_run(tmp_path):
     for log, lines in zip(logs, (first, second)):
         log.write_text("\n".join(lines) + "\n")
     sched = load_schedule()
-    jobs = sched.read_runs(logs)
+    jobs = sched.merge_runs([sched.read_jobs(log) for log in logs])
     assert [(j["rule"], j["end"] - j["start"]) for j in jobs.values()] == [
         ("data", 10),
         ("train", 30),
