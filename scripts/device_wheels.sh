@@ -98,7 +98,8 @@ while read -r spec; do
 done <"$TMP/wanted.txt"
 
 # pit-command: the `pit` console script alone (the package itself comes from the checkout on PYTHONPATH)
-VERSION="$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -n 1)"
+VERSION="$(sed -n 's/^VERSION = "\([^"]*\)".*/\1/p' pit/checkout.py)"  # pyproject's version is dynamic: this one
+[[ -n "$VERSION" ]] || { echo "device_wheels: no VERSION = \"...\" line in pit/checkout.py" >&2; exit 1; }
 mkdir -p "$TMP/pit-command"
 cat >"$TMP/pit-command/pyproject.toml" <<EOF
 [build-system]
