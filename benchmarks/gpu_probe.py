@@ -18,8 +18,17 @@
   five input projections as one GEMM and its two output projections as one: benchmarks/bench_fused_proj.py);
   repeating key/value heads before SDPA instead of `enable_gqa` is timed by `sdpa` alone (it lost on the H100 and on
   the H200: benchmarks/RESULTS.md 16-17);
+  and three that change how the step is compiled, not the model: `cudagraphs` (torch.compile's mode
+  "reduce-overhead": the loss module's forward and backward graphs replayed as CUDA graphs, so no kernel waits for
+  the host to launch it), `max_autotune` (mode "max-autotune-no-cudagraphs": Inductor times Triton GEMM templates
+  against cuBLAS and may fuse elementwise epilogues into them; `max_autotune+cudagraphs` is mode "max-autotune"),
+  `compiled_update` (clipping and AdamW, foreach instead of fused, under their own torch.compile, so the update is a
+  few fused kernels);
+  each row also records the host's time to launch one step (`launch_ms`: from a synchronised start until the step's
+  calls return; near `step_ms`, the GPU waits for the host) and Inductor's count of graphs it did not turn into
+  CUDA graphs (`cudagraph_skips`; on CPU every graph) and its reasons (`cudagraph_skip_reasons`, CUDA only);
 - `profile_*.txt`: the CUDA kernels of two steps (torch.profiler) of each arm's baseline at batch 32, eager and
-  compiled;
+  compiled, with `gpu_busy` in the row: the kernels' time over the two steps' wall time (the rest is the GPU idle);
 - `retraction`: PIT's polar retraction of a trainable Z (`after_optimizer_step`) alone;
 - `head_memory`: `pit bench`'s head + loss section at size gpu (naive, ours, Liger and CCE where installed).
 Writes OUT/probe.json after every measurement. Needs a CUDA GPU (`--cpu-smoke`: the same code on CPU, tiny).
@@ -29,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import time
 import traceback
 from functools import partial
@@ -39,38 +49,59 @@ import torch.nn.functional as F
 from bench_bf16_residual import use_bf16_residual  # the residual stream in bf16 (its numerics: that script)
 from bench_fused_proj import use_fused_projections  # the parallel block's seven projections as two GEMMs
 from bench_rope_table import use_recomputed_rope  # RoPE as before the model's table
+from torch._inductor import cudagraph_utils
 from torch.profiler import ProfilerActivity, profile
 
 import pit.core.loss as loss_module
 from pit.models import build_model
 from pit.training.bench import ARMS, SIZES, Bench, Target, TrainStep, bf16_peak, flops_per_token, memory_section
 from pit.training.objective import NextTokenLoss
+from pit.training.optim import param_groups
 
 V, T, MODEL = 50257, 1024, "scratch-133m"
-# (arm, batch, compiled, variant), most wanted first: the run stops at its deadline. The order follows the estimate of
-# benchmarks/RESULTS.md section 20: after the RoPE table and the one-pass loss, the gap to 45% is a few ms, for which
-# batch 64 and fused projections are the candidates; the bf16 stream is worth about 1 ms. The baselines come first
-# even after scripts/gpu_check.sh has measured them: each variant is compared with a baseline of the same process
+# (arm, batch, compiled, variant), most wanted first: the run stops at its deadline. The order follows
+# benchmarks/RESULTS.md section 24 (one H200): the compiled TT step is 82.9 ms (41.3% of the peak; 45% is 76.1 ms),
+# its kernels keep the GPU busy ~79 ms of it, and batch 64 reached 42.4%; fused projections lost (102 ms), the one-pass
+# loss and the RoPE table saved 3.4 and 5.7 ms. So first what removes the GPU's idle time and the host's launches
+# (CUDA graphs), then Inductor's GEMM autotuning and epilogue fusion, then the update compiled, then the bf16 stream
+# (about 1 ms). The baselines come first even after scripts/gpu_check.sh has measured them: each variant is compared
+# with a baseline of the same process
 PLAN = (
     ("tt", 32, True, ""),
-    ("tt", 64, True, ""),
-    ("tt", 32, True, "fused_proj"),
+    ("tt", 32, True, "cudagraphs"),
+    ("tt", 64, True, "cudagraphs"),
+    ("tt", 32, True, "max_autotune"),
     ("pit", 32, True, ""),
-    ("tt", 64, True, "fused_proj"),
-    ("tt", 32, True, "eager_form_loss"),
-    ("tt", 32, True, "rope_recompute"),
-    ("pit", 32, True, "fused_proj"),
-    ("tt", 32, True, "bf16_residual"),
-    ("tt", 32, True, "fused_proj+bf16_residual"),
-    ("pit", 32, True, "fused_proj+bf16_residual"),
+    ("pit", 32, True, "cudagraphs"),
+    ("tt", 32, True, "compiled_update+cudagraphs"),
+    ("tt", 32, True, "max_autotune+cudagraphs"),
+    ("tt", 32, True, "bf16_residual+cudagraphs"),
+    ("tt", 64, True, ""),
     ("tt", 32, False, ""),
     ("pit", 32, False, ""),
     ("pit_trainable_z", 32, False, ""),
     "head_memory",
     "sdpa",
 )
+# patches of the model (answered ones stay runnable: RESULTS 24) and changes of the compiled step
 VARIANTS = ("rope_recompute", "eager_form_loss", "fused_proj", "bf16_residual")
+STEP_VARIANTS = ("cudagraphs", "max_autotune", "compiled_update")
 DEV = torch.device("cuda")
+
+
+class SkipReasons(logging.Handler):
+    """Inductor's reasons for leaving a graph out of CUDA graphs, kept for the row that compiled it."""
+
+    def __init__(self):
+        super().__init__()
+        self.reasons: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "skipping cudagraphs" in (msg := record.getMessage()):
+            self.reasons.append(msg[:300])
+
+
+SKIPS = SkipReasons()
 
 
 def sync():
@@ -124,22 +155,93 @@ def apply_variant(variant: str, model) -> None:
             use_fused_projections(model)
         elif part == "bf16_residual":
             use_bf16_residual(model)
-        else:
-            raise ValueError(f"variant {part!r} is unknown; expected one of {VARIANTS}")
+        elif part not in STEP_VARIANTS:
+            raise ValueError(f"variant {part!r} is unknown; expected one of {VARIANTS + STEP_VARIANTS}")
+
+
+def compile_mode(variant: str) -> str | None:
+    """torch.compile's mode for the step variants of `variant` (None: the default mode, as `pit train`)."""
+    parts = set(variant.split("+"))
+    graphs, tune = "cudagraphs" in parts, "max_autotune" in parts
+    if graphs and tune:
+        return "max-autotune"
+    return "reduce-overhead" if graphs else "max-autotune-no-cudagraphs" if tune else None
+
+
+class CompiledUpdateStep(TrainStep):
+    """TrainStep with clipping and AdamW (foreach: Dynamo traces it, where fused AdamW is one opaque kernel per
+    group) under their own torch.compile: the grads' norm, the clip and the update become a few fused kernels."""
+
+    def __init__(self, model, loss, batch, target):
+        super().__init__(model, loss, batch, target)
+        self.optimizer = torch.optim.AdamW(param_groups(model, 0.1, 1e-4), lr=1e-4, foreach=True)
+        self.update = torch.compile(self._update, dynamic=False)
+
+    def _update(self) -> None:
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+
+    def __call__(self) -> None:
+        with self.target.autocast():
+            loss = self.loss(self.batch[:, :-1], self.batch[:, 1:])
+        loss.backward()
+        self.update()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def build_step(arm: str, batch: int, compiled: bool, variant: str, target: Target):
+    """The step of one probe row: model, patches, loss module (compiled in the variant's mode), optimizer."""
+    torch.manual_seed(0)
+    model = build_model(MODEL, ARMS[arm], vocab_size=V, seed=0).to(DEV)
+    apply_variant(variant, model)
+    loss = NextTokenLoss(model)
+    torch._dynamo.reset()  # a new graph for every model: Dynamo's guards do not see the patches
+    if compiled:
+        loss = torch.compile(loss, dynamic=False, mode=compile_mode(variant))
+    x = torch.randint(0, V, (batch, T + 1), device=DEV)
+    kind = CompiledUpdateStep if "compiled_update" in variant.split("+") else TrainStep
+    inner = kind(model, loss, x, target)
+
+    def step():
+        torch.compiler.cudagraph_mark_step_begin()  # a new iteration: the last replay's outputs may be overwritten
+        inner()
+
+    return model, step
+
+
+def launch_ms(step) -> float:
+    """The host's time to launch one step from an idle GPU: until the step's calls return, before its kernels end."""
+    sync()
+    t0 = time.perf_counter()
+    step()
+    seconds = time.perf_counter() - t0
+    sync()
+    return seconds * 1e3
+
+
+def profile_step(step, name: str, out: Path) -> float:
+    """Write the CUDA kernels of two steps to OUT/name; return the kernels' time over the two steps' wall time."""
+    activity = ProfilerActivity.CUDA if DEV.type == "cuda" else ProfilerActivity.CPU
+    sync()
+    with profile(activities=[activity]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(2):
+            step()
+        sync()
+        wall = time.perf_counter() - t0
+    events = prof.key_averages()
+    (out / name).write_text(events.table(sort_by="cuda_time_total", row_limit=40, max_name_column_width=90))
+    busy = sum(e.self_device_time_total for e in events) / 1e6  # microseconds -> seconds
+    return busy / wall
 
 
 def step_probe(arm: str, batch: int, compiled: bool, variant: str, target: Target, peak: float, out: Path):
     original = loss_module.fused_chunk_form
+    skips = torch._dynamo.utils.counters["inductor"]
     try:
-        torch.manual_seed(0)
-        model = build_model(MODEL, ARMS[arm], vocab_size=V, seed=0).to(DEV)
-        apply_variant(variant, model)
-        loss = NextTokenLoss(model)
-        torch._dynamo.reset()  # a new graph for every model: Dynamo's guards do not see the patches
-        if compiled:
-            loss = torch.compile(loss, dynamic=False)
-        x = torch.randint(0, V, (batch, T + 1), device=DEV)
-        step = TrainStep(model, loss, x, target)
+        SKIPS.reasons.clear()
+        skips["cudagraph_skips"] = 0
+        model, step = build_step(arm, batch, compiled, variant, target)
         if DEV.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         seconds, warm = timed(step)
@@ -153,18 +255,14 @@ def step_probe(arm: str, batch: int, compiled: bool, variant: str, target: Targe
             "warmup_s": warm,
             "mfu_vs_peak": flops_per_token(model, T) * batch * T / seconds / peak,
             "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if DEV.type == "cuda" else None,
+            "launch_ms": launch_ms(step),
+            "cudagraph_skips": skips["cudagraph_skips"],
+            "cudagraph_skip_reasons": list(SKIPS.reasons),
         }
         if batch in (2, 32) and arm in ("pit", "tt") and not variant:
-            with profile(activities=[ProfilerActivity.CUDA if DEV.type == "cuda" else ProfilerActivity.CPU]) as prof:
-                for _ in range(2):
-                    step()
-                sync()
-            name = f"profile_{'compiled' if compiled else 'eager'}_{arm}.txt"
-            table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=40, max_name_column_width=90)
-            (out / name).write_text(table)
+            row["gpu_busy"] = profile_step(step, f"profile_{'compiled' if compiled else 'eager'}_{arm}.txt", out)
         if arm == "pit_trainable_z" and not compiled:
-            iface = model.interface
-            row["retraction_ms"] = timed(iface.after_optimizer_step)[0] * 1e3
+            row["retraction_ms"] = timed(model.interface.after_optimizer_step)[0] * 1e3
         return row
     finally:
         loss_module.fused_chunk_form = original
@@ -180,6 +278,8 @@ def main(argv=None):
     if a.cpu_smoke:
         V, T, MODEL, DEV = 1000, 64, "scratch-tiny", torch.device("cpu")
     a.out.mkdir(parents=True, exist_ok=True)
+    torch._logging.set_logs(cudagraphs=True)  # why Inductor left a graph out of CUDA graphs (`cudagraph_skips`)
+    cudagraph_utils.cudagraphs_log.addHandler(SKIPS)
     deadline = time.time() + a.seconds
     target = Target(DEV, bf16=True)
     peak = bf16_peak(target, None) or 989.4e12

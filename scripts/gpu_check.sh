@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks in one command (docs/performance.md, "On a GPU: scripts/gpu_check.sh").
 #
-#   scripts/gpu_check.sh [DIR]              one CUDA GPU, about 7 minutes (an estimate: benchmarks/RESULTS.md section
-#                                           21): `pit bench --size gpu` eager (V = 50257: the batch sweep 8, 16, 32 and
+#   scripts/gpu_check.sh [DIR]              one CUDA GPU, about 5.5 minutes (333 s on one H200: benchmarks/RESULTS.md
+#                                           section 24): `pit bench --size gpu` eager (V = 50257: the batch sweep 8, 16, 32 and
 #                                           head + loss; GPU_CHECK_EAGER_ARGS) and compiled (PIT and TT, V = 50257,
 #                                           batch 32: two compiles of about a minute each; GPU_CHECK_COMPILE_ARGS),
 #                                           each alone on the GPU; then the tests marked `cuda` beside the GPU study's
@@ -30,7 +30,8 @@
 # 32`; GPU_CHECK_EAGER_ARGS=" " runs every section at both vocabularies, as `pit bench --size gpu`); GPU_CHECK_SKIP
 # (steps to leave out, comma-separated: tests, bench_eager, bench_compiled, study), so the checks can be split over
 # two calls where one call's time limit is shorter than all of them; GPU_CHECK_SEEDS (the study's seeds, comma-
-# separated: default 0, the slice).
+# separated: default 0, the slice); GPU_CHECK_COMPILE_MODE (the compiled bench's torch.compile mode, `pit bench
+# --compile-mode`: default, max-autotune-no-cudagraphs, reduce-overhead or max-autotune).
 # Exit status: 0 when every step passed, 1 otherwise; 2 for a bad GPU_CHECK_SEEDS.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -133,7 +134,8 @@ run_step bench_eager "${GPU_CHECK_EAGER_S:-200}" "$DEST/bench_eager.json" \
     "$PY" -m pit bench --json "${BENCH[@]}" ${GPU_CHECK_EAGER_ARGS:-${EAGER[@]}}
 # shellcheck disable=SC2086
 run_step bench_compiled "${GPU_CHECK_COMPILE_S:-200}" "$DEST/bench_compiled.json" \
-    "$PY" -m pit bench --json --compile "${BENCH[@]}" ${GPU_CHECK_COMPILE_ARGS:-${COMPILE[@]}}
+    "$PY" -m pit bench --json --compile --compile-mode "${GPU_CHECK_COMPILE_MODE:-default}" "${BENCH[@]}" \
+    ${GPU_CHECK_COMPILE_ARGS:-${COMPILE[@]}}
 
 # then the tests and the GPU study's smallest slice side by side: they share the GPU, and neither one's time is a
 # measurement (the tests check values; the study's tables are losses and verdicts). The study is config/study-gpu.yaml
@@ -189,7 +191,7 @@ def bench(name):
         return None
     rows = [{k: row.get(k) for k in ("model", "vocab", "batch", "arm", "tokens_per_s", "mfu", "mfu_vs_peak",
                                      "time_ratio_to_tt")} for row in r["train"] + r["reference"]]
-    return {"machine": r["machine"], "settings": {k: r["settings"][k] for k in ("size", "compile", "batches")},
+    return {"machine": r["machine"], "settings": {k: r["settings"].get(k) for k in ("size", "compile", "compile_mode", "batches")},
             "acceptance": r["acceptance"], "steps": rows, "head_memory": r["head_memory"],
             "section_s": r.get("section_s")}
 

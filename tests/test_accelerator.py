@@ -58,3 +58,25 @@ def test_bf16_run_killed_and_resumed_matches_the_uninterrupted_run(device, tiny_
     else:  # CUDA's attention backward adds in no fixed order: two uninterrupted runs differ at round-off too
         assert all(abs(a["loss"] - b["loss"]) <= 1e-3 for a, b in zip(ref, resumed)), (ref, resumed)
         assert all(torch.allclose(w_ref[k], w_run[k], rtol=1e-3, atol=1e-4) for k in w_ref)
+
+
+@pytest.mark.cuda
+def test_cuda_graph_step_trains_as_the_default_compile(tiny_data, tmp_path):
+    """compile_mode reduce-overhead replays the compiled loss (forward and backward) as CUDA graphs: every graph is
+    captured (Inductor skips none, e.g. for an input the graph mutates), and the run's losses and PIT's consistency
+    are those of compile's default mode, whose kernels it replays (to 1e-3: attention's backward is not
+    deterministic on CUDA)."""
+    s = bf16_spec(tiny_data, "cuda", max_steps=12, eval_every=6, compile=True, global_batch_tokens=256)
+    s["micro_batch_size"] = 8  # 8 x 32 tokens: one micro-batch per step, as CUDA graphs need
+    skips = torch._dynamo.utils.counters["inductor"]
+    runs = {}
+    for mode in ("default", "reduce-overhead"):
+        torch._dynamo.reset()
+        skips["cudagraph_skips"] = 0
+        train(PretrainArgs.from_dict({**s, "compile_mode": mode}), tmp_path / mode)
+        runs[mode] = rows(tmp_path / mode)
+    assert skips["cudagraph_skips"] == 0
+    default, graphs = runs["default"], runs["reduce-overhead"]
+    assert [r["step"] for r in graphs] == list(range(1, 13))
+    assert all(abs(a["loss"] - b["loss"]) <= 1e-3 for a, b in zip(default, graphs)), (default, graphs)
+    assert max(r["delta_ti"] for r in graphs) < 1e-4

@@ -158,6 +158,14 @@ def train_spec(**kw):
         ({"min_lr": 0.5, "lr": 0.1}, "lr 0.1, min_lr 0.5; expected 0 <= min_lr <= lr"),
         ({"warmup_steps": 8}, "warmup_steps 8; expected 0 <= warmup < max_steps = 8"),
         ({"global_batch_tokens": 200}, "global_batch_tokens 200 is not a multiple of micro_batch_size x seq_len"),
+        ({"compile_mode": "fast"}, "compile_mode \"fast\"; expected one of 'default', 'max-autotune-no-cudagraphs', "),
+        ({"compile_mode": "max-autotune"}, "compile_mode 'max-autotune' with compile false; expected compile: true"),
+        (  # CUDA graphs: a replay would overwrite the gradients accumulated from the last micro-batch
+            {"compile": True, "compile_mode": "reduce-overhead"},
+            "compile_mode 'reduce-overhead' replays CUDA graphs, which needs one micro-batch per step; "
+            "global_batch_tokens 256 is 2 micro-batches of micro_batch_size x seq_len = 128: expected "
+            "global_batch_tokens 128, or a mode without CUDA graphs ('default', 'max-autotune-no-cudagraphs')",
+        ),
     ],
 )
 def test_bad_train_spec_is_refused_naming_the_field(bad, message):
@@ -188,6 +196,10 @@ def test_bad_lora_spec_is_refused_naming_the_field(bad, message):
 
 def test_valid_specs_are_kept_as_given():
     args = PretrainArgs.from_dict(train_spec(transform_lr_scale=1, lr=1, min_lr=0))
+    graphs = PretrainArgs.from_dict(train_spec(compile=True, compile_mode="reduce-overhead", global_batch_tokens=128))
+    assert graphs.accumulation(1) == 1
+    with pytest.raises(PitError, match=re_escape("compile_mode 'reduce-overhead' (CUDA graphs) on 2 processes;")):
+        graphs.accumulation(2)  # DDP: one micro-batch per rank and step, but the processes are not one graph
     assert (args.transform_lr_scale, args.lr) == (1, 1) and type(args.lr) is int  # fingerprints unchanged
     assert LoraArgs.from_dict({"base": "b", "task": "mbpp", "alpha": 16}).alpha == 16
 

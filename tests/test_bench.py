@@ -50,7 +50,7 @@ def test_json_schema_is_stable():
         "section_s",
         "acceptance",
     }
-    assert r["schema"] == "pit-bench/5"
+    assert r["schema"] == "pit-bench/6"
     assert set(r["section_s"]) == set(SECTIONS)  # each section's wall time: models built, warm-ups, timed rounds
     assert r["section_s"]["train"] > sum(row["step_s"] for row in r["train"])
     assert r["section_s"]["reference"] > sum(row["step_s"] for row in r["reference"])
@@ -110,7 +110,8 @@ def test_json_schema_is_stable():
         "mfu_vs_peak_best_batch_133m_v50257",
         "pit_over_tt_time_best_batch_v50257",
     }
-    assert r["settings"]["compile"] is None and r["settings"]["sections"] == list(SECTIONS)
+    assert r["settings"]["compile"] is r["settings"]["compile_mode"] is None
+    assert r["settings"]["sections"] == list(SECTIONS)
     assert r["settings"]["arms"] == ["pit", "pit_trainable_z", "tt", "untied"] and r["settings"]["vocabs"] == []
 
 
@@ -153,6 +154,9 @@ def test_bf16_run_reads_mfu_against_a_given_peak():
         (["--arms", "pit,tied"], "bench arms ['pit', 'tied']; expected some of ['pit', 'pit_trainable_z', "),
         (["--size", "tiny", "--vocabs", "50257"], "bench vocabs [50257]; expected some of [1000] (the vocabularies of"),
         (["--vocabs", "big"], "--vocabs 'big'; expected integers separated by commas"),
+        (["--compile-mode", "max-autotune"], "bench compile mode 'max-autotune' without compile; expected a backend"),
+        (["--compile", "--compile-mode", "fast"], "compile mode 'fast'; expected one of ['default', 'max-autotune-no"),
+        (["--compile", "aot_eager", "--compile-mode", "reduce-overhead"], "modes other than 'default' need 'inductor'"),
     ],
 )
 def test_bad_input_is_named(args, message, capsys):
@@ -172,11 +176,14 @@ def test_model_flops_follow_the_palm_count():
 @pytest.mark.slow
 def test_compiled_tiny_bench_runs():
     """`pit bench --compile` (inductor) on CPU: the step's loss module compiled (one arm: about 30 s of compiling
-    with a cold cache on 2 cores), the rows as in eager."""
-    run = pit_bench("--json", "--size", "tiny", "--rounds", "1", "--compile", "--sections", "train", "--arms", "pit")
+    with a cold cache on 2 cores), the rows as in eager. In mode reduce-overhead: on CPU Inductor compiles it as the
+    default mode (CUDA graphs are for CUDA tensors), and each step first marks a new step for CUDA graphs."""
+    args = ("--json", "--size", "tiny", "--rounds", "1", "--compile", "--compile-mode", "reduce-overhead")
+    run = pit_bench(*args, "--sections", "train", "--arms", "pit")
     assert run.returncode == 0, run.stderr[-2000:]
     r = json.loads(run.stdout)
-    assert r["settings"]["compile"] == "inductor" and r["settings"]["sections"] == ["train"]
+    assert (r["settings"]["compile"], r["settings"]["compile_mode"]) == ("inductor", "reduce-overhead")
+    assert r["settings"]["sections"] == ["train"]
     assert r["settings"]["arms"] == [row["arm"] for row in r["train"]] == ["pit"]
     assert all(row["step_s"] > 0 for row in r["train"])
     assert r["reference"] == r["head_memory"] == r["generate"] == []

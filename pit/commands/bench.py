@@ -1,7 +1,8 @@
 """`pit bench`: training throughput, MFU and memory on this machine (pit/training/bench.py).
 
 pit bench [--json] [--size default|tiny|gpu] [--rounds 3] [--repeats 1] [--layers 2] [--threads N]
-          [--device cpu|cuda] [--precision fp32|bf16] [--peak-tflops X] [--compile [BACKEND]] [--batches 8,16,32]
+          [--device cpu|cuda] [--precision fp32|bf16] [--peak-tflops X] [--compile [BACKEND]] [--compile-mode M]
+          [--batches 8,16,32]
           [--sections train,reference,head_memory,generate] [--arms pit,pit_trainable_z,tt,untied] [--vocabs 50257]
 """
 
@@ -13,6 +14,7 @@ import json
 from pit.core.linalg import cpu_threads
 from pit.errors import PitError
 from pit.training import bench
+from pit.training.args import COMPILE_MODES
 
 
 def _ints(option: str, text: str | None) -> tuple[int, ...]:
@@ -35,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
             args.precision,
             args.peak_tflops,
             compile=args.compile,
+            compile_mode=args.compile_mode,
             batches=_ints("--batches", args.batches),
             sections=tuple(args.sections.split(",")),
             arms=tuple(args.arms.split(",")),
@@ -78,6 +81,12 @@ def register(sub) -> None:
         default=None,
         metavar="BACKEND",
         help="run each step's loss module under torch.compile (static shapes; backend: inductor unless named)",
+    )
+    p.add_argument(
+        "--compile-mode",
+        default="default",
+        metavar="MODE",
+        help=f"torch.compile's mode with --compile, one of {', '.join(COMPILE_MODES)} (the last two: CUDA graphs)",
     )
     p.add_argument("--batches", default=None, help="the 133M groups' batch sweep, e.g. 8,16,32 (default: the size's)")
     p.add_argument(

@@ -26,6 +26,9 @@ from pathlib import Path
 from pit.errors import PitError, config_from_dict
 
 PRECISIONS = ("auto", "fp32", "bf16")
+# torch.compile's modes (Inductor); the last two replay the compiled graphs as CUDA graphs (docs/performance.md)
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 DEVICES = ("auto", "cpu", "cuda")
 BOUNDS = ("ge", "gt", "le", "lt")  # metadata keys: >=, >, <=, <
 TYPE_WORDS = {
@@ -325,6 +328,10 @@ class PretrainArgs(RunArgs):
     """adamw | sgd (plain SGD, no momentum and no state: only where AdamW's 8 bytes/parameter do not fit)."""
     compile: bool = False
     """Wrap the loss module in torch.compile."""
+    compile_mode: str = arg("default", choices=COMPILE_MODES)
+    """torch.compile's mode when `compile` is true. reduce-overhead and max-autotune replay the step as CUDA graphs
+    (no wait for kernel launches; on CPU they compile as default): only where a step is one micro-batch on one
+    process, since a replay overwrites the last one's gradients before accumulation could read them."""
     log_every: int = arg(1, ge=1)
     """Steps between MLflow metric uploads (metrics.jsonl gets every step)."""
     interface_every: int = arg(1, ge=1)
@@ -355,7 +362,7 @@ class PretrainArgs(RunArgs):
         "mode", "model", "train_data", "val_data", "tokenizer", "interface", "seq_len",
     )  # fmt: skip
     fingerprint_excludes = RunArgs.fingerprint_excludes + (
-        "log_every", "compile", "max_skipped_fraction", "allow_divergence",
+        "log_every", "compile", "compile_mode", "max_skipped_fraction", "allow_divergence",
     )  # fmt: skip
 
     def checks(self) -> list[tuple[bool, str, tuple[str, ...]]]:
@@ -367,6 +374,20 @@ class PretrainArgs(RunArgs):
                 f"global_batch_tokens {self.global_batch_tokens} is not a multiple of micro_batch_size x seq_len = "
                 f"{self.micro_batch_size} x {self.seq_len} = {per_micro}",
                 ("global_batch_tokens", "micro_batch_size"),
+            ),
+            (
+                self.compile or self.compile_mode == "default",
+                f"compile_mode {self.compile_mode!r} with compile false; expected compile: true, or compile_mode "
+                "'default'",
+                ("compile_mode", "compile"),
+            ),
+            (
+                self.compile_mode not in CUDA_GRAPH_MODES or self.global_batch_tokens == per_micro,
+                f"compile_mode {self.compile_mode!r} replays CUDA graphs, which needs one micro-batch per step; "
+                f"global_batch_tokens {self.global_batch_tokens} is {self.global_batch_tokens / per_micro:g} "
+                f"micro-batches of micro_batch_size x seq_len = {per_micro}: expected global_batch_tokens "
+                f"{per_micro}, or a mode without CUDA graphs ({COMPILE_MODES[0]!r}, {COMPILE_MODES[1]!r})",
+                ("compile_mode", "global_batch_tokens"),
             ),
         ]
 
@@ -381,6 +402,11 @@ class PretrainArgs(RunArgs):
 
     def accumulation(self, world_size: int) -> int:
         """Micro-batches per optimizer step on each rank; the global batch must divide evenly."""
+        if world_size > 1 and self.compile_mode in CUDA_GRAPH_MODES:
+            raise PitError(
+                f"compile_mode {self.compile_mode!r} (CUDA graphs) on {world_size} processes; expected one process, or "
+                f"a mode without CUDA graphs ({COMPILE_MODES[0]!r}, {COMPILE_MODES[1]!r})"
+            )
         per_micro = self.micro_batch_size * self.seq_len * world_size
         if self.global_batch_tokens % per_micro:
             raise PitError(

@@ -1,7 +1,8 @@
 """Training throughput, MFU and memory of this machine (`pit bench`), measured in one process and one run.
 
     pit bench [--json] [--size default|tiny|gpu] [--rounds 3] [--repeats 1] [--layers 2] [--threads N]
-              [--device cpu|cuda] [--precision fp32|bf16] [--peak-tflops X] [--compile [BACKEND]] [--batches 8,16,32]
+              [--device cpu|cuda] [--precision fp32|bf16] [--peak-tflops X] [--compile [BACKEND]] [--compile-mode M]
+              [--batches 8,16,32]
               [--sections train,reference,head_memory,generate] [--arms pit,pit_trainable_z,tt,untied] [--vocabs 50257]
 
 Sections (docs/performance.md has the method and the JSON keys):
@@ -15,7 +16,8 @@ Sections (docs/performance.md has the method and the JSON keys):
   V = 32000); the 133M groups at every batch of the size's sweep (`gpu`: 8, 16, 32 windows of 1024 tokens).
   `--compile`: the loss module (forward + chunked loss, and so its backward) under `torch.compile` (inductor,
   or the backend named), one static graph per shape, as `compile: true` in a training spec; the optimizer step
-  stays eager.
+  stays eager. `--compile-mode`: torch.compile's mode, as `compile_mode` (reduce-overhead, max-autotune: CUDA
+  graphs).
 * `reference`: transformers' `GPT2LMHeadModel` (tied, its default attention, loss from `labels`) against
   our `PitGPT2LMHeadModel` with TT and with PIT, converted from it, at one GPT-2 configuration (size `gpu`:
   Cerebras-GPT-256M's shape) and with the same optimizer.
@@ -56,11 +58,11 @@ from pit.models import build_model, convert_teacher, gpt2_config
 from pit.models.access import head_table, interface_of
 from pit.models.configs import TeacherSpec
 from pit.training.allocator import policy as allocator_policy
-from pit.training.objective import NextTokenLoss
+from pit.training.objective import NextTokenLoss, check_compile, compile_loss, new_step
 from pit.training.optim import optimizer_update, param_groups
 from pit.training.runtime import resolve_device
 
-SCHEMA = "pit-bench/5"
+SCHEMA = "pit-bench/6"
 # Dense BF16 tensor-core peaks (FLOP/s, without sparsity) from NVIDIA's datasheets, matched in this order against
 # torch.cuda.get_device_name(); another GPU gets MFU against its measured GEMM only, unless --peak-tflops is given.
 BF16_PEAKS = (
@@ -182,10 +184,11 @@ class Bench:
     target: Target
     peak: float | None
     compile: str | None = None  # a torch.compile backend (inductor), or None: eager
+    compile_mode: str = "default"  # torch.compile's mode (pit.training.args.COMPILE_MODES)
 
     def loss(self, fn):
         """`fn` as the step calls it: compiled (static shapes: a new batch shape compiles anew) or as it is."""
-        return torch.compile(fn, backend=self.compile, dynamic=False) if self.compile else fn
+        return compile_loss(fn, self.compile_mode, self.compile, dynamic=False) if self.compile else fn
 
 
 CPU_FP32 = Bench(Target(torch.device("cpu"), bf16=False), peak=None)  # the default: what benchmarks/ scripts run
@@ -239,11 +242,12 @@ class TrainStep:
     fused AdamW (pretraining's parameter groups), then `optimizer_update` (the interface's after-step
     hook, zero_grad)."""
 
-    def __init__(self, model, loss, batch: torch.Tensor, target: Target = CPU_FP32.target):
-        self.model, self.loss, self.batch, self.target = model.train(), loss, batch, target
+    def __init__(self, model, loss, batch: torch.Tensor, target: Target = CPU_FP32.target, mode: str = "default"):
+        self.model, self.loss, self.batch, self.target, self.mode = model.train(), loss, batch, target, mode
         self.optimizer = torch.optim.AdamW(param_groups(model, 0.1, 1e-4), lr=1e-4, fused=True)
 
     def __call__(self) -> None:
+        new_step(self.mode)
         with self.target.autocast():
             loss = self.loss(self.batch[:, :-1], self.batch[:, 1:])
         loss.backward()
@@ -262,7 +266,8 @@ def step_rows(
     """Time the steps of `group` {arm: (model, loss)} with an n x n GEMM as one more arm. MFU is against that
     GEMM, measured in the same rounds (and against the BF16 peak where known); `time_ratio_to_tt` is present
     when the group has a TT arm (`tt` or `ours_tt`)."""
-    steps = {arm: TrainStep(model, bench.loss(loss), batch, bench.target) for arm, (model, loss) in group.items()}
+    mode = bench.compile_mode if bench.compile else "default"
+    steps = {arm: TrainStep(model, bench.loss(loss), batch, bench.target, mode) for arm, (model, loss) in group.items()}
     gemm_fn, gemm_flops = gemm_arm(gemm_n, bench.target)
     seconds = time_arms({**steps, "gemm": gemm_fn}, rounds, repeats, bench.target.sync)
     tokens, gemm = batch[:, :-1].numel(), gemm_flops / seconds["gemm"]
@@ -561,6 +566,7 @@ def acceptance(result: dict) -> dict:
 
 
 def _check_settings(size, rounds, repeats, layers, precision, peak_tflops, batches, sections, arms, vocabs) -> None:
+    """Each setting of `run_bench` against what it accepts, before any work (the compile mode: `compile_loss`)."""
     if size not in SIZES:
         raise PitError(f"bench size {size!r} is unknown; expected one of {sorted(SIZES)}")
     known = sorted({vocab for _, _, vocab, _ in SIZES[size].train})
@@ -602,6 +608,7 @@ def run_bench(
     precision: str | None = None,
     peak_tflops: float | None = None,
     compile: str | None = None,
+    compile_mode: str = "default",
     batches: tuple[int, ...] = (),
     sections: tuple[str, ...] = SECTIONS,
     arms: tuple[str, ...] = tuple(ARMS),
@@ -610,10 +617,13 @@ def run_bench(
     """The `sections`, in this order, in this process (CPU memory probes in child processes); a section left out
     gives an empty list. `precision` None = bf16 on CUDA, fp32 on CPU; `batches` () = the size's sweep; `arms`: the
     training arms timed in `train` (the reference keeps its three); `vocabs`: the `train` groups' vocabularies
-    (() = every group of the size)."""
+    (() = every group of the size); `compile_mode`: torch.compile's mode, with `compile` only."""
     _check_settings(size, rounds, repeats, layers, precision, peak_tflops, batches, sections, arms, vocabs)
+    if compile_mode != "default" and not compile:
+        raise PitError(f"bench compile mode {compile_mode!r} without compile; expected a backend (inductor) with it")
+    check_compile(compile_mode, compile or "inductor")
     target = Target(resolve_device(device), precision == "bf16" or (precision is None and device.startswith("cuda")))
-    bench, s = Bench(target, bf16_peak(target, peak_tflops), compile), SIZES[size]
+    bench, s = Bench(target, bf16_peak(target, peak_tflops), compile, compile_mode), SIZES[size]
     batches, seconds = tuple(batches) or s.sweep(), {}
     with torch._dynamo.config.patch(recompile_limit=64):  # one compiled graph per arm and shape, one code object
         train = timed_section(
@@ -634,7 +644,8 @@ def run_bench(
             "bf16_peak_flop_per_s": bench.peak,
         },
         "settings": {"size": size, "rounds": rounds, "repeats": repeats, "layers": layers, **asdict(s)}
-        | {"compile": compile, "batches": list(batches), "sections": list(sections), "arms": list(arms)}
+        | {"compile": compile, "compile_mode": compile_mode if compile else None, "batches": list(batches)}
+        | {"sections": list(sections), "arms": list(arms)}
         | {"vocabs": list(vocabs)},
         "gemm_peak": {
             "n": s.gemm_n,
@@ -651,6 +662,14 @@ def run_bench(
     return result
 
 
+def compiled_text(settings: dict) -> str:
+    """', loss compiled' (with its mode unless the default) for the text report's step heading; '' when eager."""
+    if not settings["compile"]:
+        return ""
+    mode = settings["compile_mode"]
+    return ", loss compiled" + (f" ({mode})" if mode != "default" else "")
+
+
 def to_text(r: dict) -> str:
     g, m, peak = 1e9, r["machine"], r["gemm_peak"]["flop_per_s"]
     lines = [
@@ -659,7 +678,7 @@ def to_text(r: dict) -> str:
         f"{r['gemm_peak']['dtype']} GEMM peak ({r['gemm_peak']['n']}^3 torch.mm, {m['threads']} threads): "
         + ("not measured" if peak is None else f"{peak / g:.1f} GFLOP/s"),
         "",
-        f"training step (pit train's step, one fixed batch{', loss compiled' if r['settings']['compile'] else ''}):",
+        f"training step (pit train's step, one fixed batch{compiled_text(r['settings'])}):",
     ]
     for row in r["train"] + r["reference"]:
         lines.append(

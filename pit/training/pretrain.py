@@ -36,7 +36,7 @@ from pit.models.configs import TeacherSpec
 from pit.progress import progress_bar
 from pit.tracking.tracker import FINAL_KEYS, METRIC_KEYS, run_datasets
 from pit.training.args import PretrainArgs
-from pit.training.objective import NextTokenLoss
+from pit.training.objective import NextTokenLoss, compile_loss, new_step
 from pit.training.optim import make_optimizer, optimizer_update, warmup_cosine
 from pit.training.run_folder import FinishedRun, MetricsLog, RunFolder, RunHandles, claim
 from pit.training.runtime import (
@@ -214,7 +214,7 @@ def loss_module(run: Run) -> torch.nn.Module:
     """The loss as the module a step calls: NextTokenLoss, optionally compiled, wrapped in DDP under torchrun."""
     step_loss = NextTokenLoss(run.model)
     if run.args.compile:
-        step_loss = torch.compile(step_loss)
+        step_loss = compile_loss(step_loss, run.args.compile_mode)
     if run.dist.world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -235,6 +235,7 @@ def forward_backward(run: Run, step_loss, step: int) -> float:
         ).to(run.device)
         sync = d.world == 1 or i == run.accum - 1
         with nullcontext() if sync else step_loss.no_sync():
+            new_step(args.compile_mode if args.compile else "default")
             with run.autocast:
                 loss = step_loss(batch[:, :-1], batch[:, 1:]) / run.accum
             loss.backward()
