@@ -32,7 +32,7 @@
 # two calls where one call's time limit is shorter than all of them; GPU_CHECK_SEEDS (the study's seeds, comma-
 # separated: default 0, the slice); GPU_CHECK_COMPILE_MODE (the compiled bench's torch.compile mode, `pit bench
 # --compile-mode`: default, max-autotune-no-cudagraphs, reduce-overhead or max-autotune).
-# Exit status: 0 when every step passed, 1 otherwise; 2 for a bad GPU_CHECK_SEEDS.
+# Exit status: 0 when every step passed, 1 otherwise; 2 for a bad GPU_CHECK_SEEDS or GPU_CHECK_COMPILE_MODE.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -44,13 +44,19 @@ if [[ "${1:-}" == "--cpu-smoke" ]]; then
 fi
 SEEDS="${GPU_CHECK_SEEDS:-0}"  # the study's seeds: 0 is the slice; 0,1,2 the whole study
 [[ $SEEDS =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "gpu_check: GPU_CHECK_SEEDS='$SEEDS': expected seeds like 0 or 0,1,2" >&2; exit 2; }
-DEST="${1:-${OUT:-./gpu-check}}"
-mkdir -p "$DEST" || exit 1
-DEST="$(cd "$DEST" && pwd)"
 PY="${PYTHON:-}"
 if [[ -z "$PY" ]]; then
     if [[ -x .venv/bin/python ]]; then PY=.venv/bin/python; else PY=python3; fi
 fi
+MODE="${GPU_CHECK_COMPILE_MODE:-default}"  # the compiled bench's torch.compile mode, one of pit's COMPILE_MODES
+MODES="$("$PY" -c 'from pit.training.args import COMPILE_MODES; print(", ".join(COMPILE_MODES))')" || exit 1
+[[ ", $MODES, " == *", $MODE, "* ]] || {
+    echo "gpu_check: GPU_CHECK_COMPILE_MODE='$MODE': expected one of $MODES" >&2
+    exit 2
+}
+DEST="${1:-${OUT:-./gpu-check}}"
+mkdir -p "$DEST" || exit 1
+DEST="$(cd "$DEST" && pwd)"
 
 # a sitecustomize that makes the absent packages absent here too; the tokenizer package, if carried in the tree
 SHIM="$DEST/.pythonpath"
@@ -134,7 +140,7 @@ run_step bench_eager "${GPU_CHECK_EAGER_S:-200}" "$DEST/bench_eager.json" \
     "$PY" -m pit bench --json "${BENCH[@]}" ${GPU_CHECK_EAGER_ARGS:-${EAGER[@]}}
 # shellcheck disable=SC2086
 run_step bench_compiled "${GPU_CHECK_COMPILE_S:-200}" "$DEST/bench_compiled.json" \
-    "$PY" -m pit bench --json --compile --compile-mode "${GPU_CHECK_COMPILE_MODE:-default}" "${BENCH[@]}" \
+    "$PY" -m pit bench --json --compile --compile-mode "$MODE" "${BENCH[@]}" \
     ${GPU_CHECK_COMPILE_ARGS:-${COMPILE[@]}}
 
 # then the tests and the GPU study's smallest slice side by side: they share the GPU, and neither one's time is a
