@@ -54,6 +54,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import pit.core.loss as loss_module
 from pit.models import build_model
+from pit.models.access import interface_of
 from pit.training.bench import ARMS, SIZES, Bench, Target, TrainStep, bf16_peak, flops_per_token, memory_section
 from pit.training.objective import NextTokenLoss
 from pit.training.optim import param_groups
@@ -172,20 +173,19 @@ class CompiledUpdateStep(TrainStep):
     """TrainStep with clipping and AdamW (foreach: Dynamo traces it, where fused AdamW is one opaque kernel per
     group) under their own torch.compile: the grads' norm, the clip and the update become a few fused kernels."""
 
-    def __init__(self, model, loss, batch, target):
-        super().__init__(model, loss, batch, target)
+    def __init__(self, model, loss, batch, target, mode):
+        super().__init__(model, loss, batch, target, mode)
         self.optimizer = torch.optim.AdamW(param_groups(model, 0.1, 1e-4), lr=1e-4, foreach=True)
-        self.update = torch.compile(self._update, dynamic=False)
+        self.compiled = torch.compile(self._clip_and_step, dynamic=False)
 
-    def _update(self) -> None:
+    def _clip_and_step(self) -> None:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
 
-    def __call__(self) -> None:
-        with self.target.autocast():
-            loss = self.loss(self.batch[:, :-1], self.batch[:, 1:])
-        loss.backward()
-        self.update()
+    def update(self) -> None:
+        self.compiled()
+        if (interface := interface_of(self.model)) is not None:
+            interface.after_optimizer_step()  # as pit.training.optim.optimizer_update
         self.optimizer.zero_grad(set_to_none=True)
 
 
@@ -200,13 +200,7 @@ def build_step(arm: str, batch: int, compiled: bool, variant: str, target: Targe
         loss = torch.compile(loss, dynamic=False, mode=compile_mode(variant))
     x = torch.randint(0, V, (batch, T + 1), device=DEV)
     kind = CompiledUpdateStep if "compiled_update" in variant.split("+") else TrainStep
-    inner = kind(model, loss, x, target)
-
-    def step():
-        torch.compiler.cudagraph_mark_step_begin()  # a new iteration: the last replay's outputs may be overwritten
-        inner()
-
-    return model, step
+    return model, kind(model, loss, x, target, (compiled and compile_mode(variant)) or "default")
 
 
 def launch_ms(step) -> float:

@@ -251,6 +251,10 @@ class TrainStep:
         with self.target.autocast():
             loss = self.loss(self.batch[:, :-1], self.batch[:, 1:])
         loss.backward()
+        self.update()
+
+    def update(self) -> None:
+        """Clipping at 1, then `pit train`'s optimizer update."""
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         optimizer_update(self.optimizer, interface_of(self.model))
 
