@@ -56,7 +56,7 @@ import pit.core.loss as loss_module
 from pit.models import build_model
 from pit.models.access import interface_of
 from pit.training.bench import ARMS, SIZES, Bench, Target, TrainStep, bf16_peak, flops_per_token, memory_section
-from pit.training.objective import NextTokenLoss
+from pit.training.objective import NextTokenLoss, compile_loss
 from pit.training.optim import param_groups
 
 V, T, MODEL = 50257, 1024, "scratch-133m"
@@ -160,13 +160,13 @@ def apply_variant(variant: str, model) -> None:
             raise ValueError(f"variant {part!r} is unknown; expected one of {VARIANTS + STEP_VARIANTS}")
 
 
-def compile_mode(variant: str) -> str | None:
-    """torch.compile's mode for the step variants of `variant` (None: the default mode, as `pit train`)."""
+def compile_mode(variant: str) -> str:
+    """torch.compile's mode (pit.training.args.COMPILE_MODES) for the step variants of `variant`."""
     parts = set(variant.split("+"))
     graphs, tune = "cudagraphs" in parts, "max_autotune" in parts
     if graphs and tune:
         return "max-autotune"
-    return "reduce-overhead" if graphs else "max-autotune-no-cudagraphs" if tune else None
+    return "reduce-overhead" if graphs else "max-autotune-no-cudagraphs" if tune else "default"
 
 
 class CompiledUpdateStep(TrainStep):
@@ -197,10 +197,10 @@ def build_step(arm: str, batch: int, compiled: bool, variant: str, target: Targe
     loss = NextTokenLoss(model)
     torch._dynamo.reset()  # a new graph for every model: Dynamo's guards do not see the patches
     if compiled:
-        loss = torch.compile(loss, dynamic=False, mode=compile_mode(variant))
+        loss = compile_loss(loss, compile_mode(variant), dynamic=False)  # as `pit bench --compile --compile-mode`
     x = torch.randint(0, V, (batch, T + 1), device=DEV)
     kind = CompiledUpdateStep if "compiled_update" in variant.split("+") else TrainStep
-    return model, kind(model, loss, x, target, (compiled and compile_mode(variant)) or "default")
+    return model, kind(model, loss, x, target, compile_mode(variant) if compiled else "default")
 
 
 def launch_ms(step) -> float:

@@ -570,7 +570,7 @@ def acceptance(result: dict) -> dict:
 
 
 def _check_settings(size, rounds, repeats, layers, precision, peak_tflops, batches, sections, arms, vocabs) -> None:
-    """Each setting of `run_bench` against what it accepts, before any work (the compile mode: `compile_loss`)."""
+    """Each setting of `run_bench` against what it accepts, before any work (the compile settings: `check_compile`)."""
     if size not in SIZES:
         raise PitError(f"bench size {size!r} is unknown; expected one of {sorted(SIZES)}")
     known = sorted({vocab for _, _, vocab, _ in SIZES[size].train})
@@ -625,7 +625,7 @@ def run_bench(
     _check_settings(size, rounds, repeats, layers, precision, peak_tflops, batches, sections, arms, vocabs)
     if compile_mode != "default" and not compile:
         raise PitError(f"bench compile mode {compile_mode!r} without compile; expected a backend (inductor) with it")
-    check_compile(compile_mode, compile or "inductor")
+    check_compile(compile_mode, compile or "inductor")  # the mode, and a backend that takes it
     target = Target(resolve_device(device), precision == "bf16" or (precision is None and device.startswith("cuda")))
     bench, s = Bench(target, bf16_peak(target, peak_tflops), compile, compile_mode), SIZES[size]
     batches, seconds = tuple(batches) or s.sweep(), {}
