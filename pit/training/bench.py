@@ -270,7 +270,7 @@ def step_rows(
     """Time the steps of `group` {arm: (model, loss)} with an n x n GEMM as one more arm. MFU is against that
     GEMM, measured in the same rounds (and against the BF16 peak where known); `time_ratio_to_tt` is present
     when the group has a TT arm (`tt` or `ours_tt`)."""
-    mode = bench.compile_mode if bench.compile else "default"
+    mode = bench.compile_mode  # "default" when eager (run_bench refuses another mode without compile)
     steps = {arm: TrainStep(model, bench.loss(loss), batch, bench.target, mode) for arm, (model, loss) in group.items()}
     gemm_fn, gemm_flops = gemm_arm(gemm_n, bench.target)
     seconds = time_arms({**steps, "gemm": gemm_fn}, rounds, repeats, bench.target.sync)

@@ -235,7 +235,7 @@ def forward_backward(run: Run, step_loss, step: int) -> float:
         ).to(run.device)
         sync = d.world == 1 or i == run.accum - 1
         with nullcontext() if sync else step_loss.no_sync():
-            new_step(args.compile_mode if args.compile else "default")
+            new_step(args.compile_mode)  # "default" unless compiled (PretrainArgs' checks)
             with run.autocast:
                 loss = step_loss(batch[:, :-1], batch[:, 1:]) / run.accum
             loss.backward()
