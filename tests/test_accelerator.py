@@ -9,7 +9,9 @@ deterministic, to 1e-3 in the loss: a tolerance not yet measured on a GPU).
 """
 
 import json
+import math
 
+import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
@@ -17,7 +19,19 @@ from safetensors.torch import load_file
 from test_train import kill_at_step_8_then_resume, rows, spec
 
 from pit.training.args import PretrainArgs
-from pit.training.pretrain import train
+from pit.training.objective import NextTokenLoss
+from pit.training.pretrain import (
+    REQUIRED_OUTPUTS,
+    STALE_OUTPUTS,
+    forward_backward,
+    loss_module,
+    setup,
+    start_processes,
+    train,
+    train_step,
+)
+from pit.training.run_folder import claim
+from pit.training.runtime import read_scalars
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
@@ -80,3 +94,39 @@ def test_cuda_graph_step_trains_as_the_default_compile(tiny_data, tmp_path):
     assert [r["step"] for r in graphs] == list(range(1, 13))
     assert all(abs(a["loss"] - b["loss"]) <= 1e-3 for a, b in zip(default, graphs)), (default, graphs)
     assert max(r["delta_ti"] for r in graphs) < 1e-4
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_pit_train_step_accumulates_on_the_device_and_syncs_once(device, tiny_data, tmp_path):
+    """`pit train`'s step over 4 micro-batches: the batches' copies, forward, backward and the loss sum, then
+    clipping, are queued with no host sync (on CUDA, `set_sync_debug_mode("error")` raises at any); the step's one
+    sync is `read_scalars` of the loss and the gradient norm. The loss it reads is the mean over the micro-batches of
+    the model's loss on the step's windows, summed in float64 on the device."""
+    args = PretrainArgs.from_dict(bf16_spec(tiny_data, device, global_batch_tokens=512))  # 4 x (4 x 32 tokens)
+    dev, d = start_processes(args)
+    with claim(tmp_path, args.fingerprint(), STALE_OUTPUTS, REQUIRED_OUTPUTS) as folder:
+        run = setup(args, folder, dev, d)
+        step_loss = loss_module(run)
+        assert run.accum == 4
+        train_step(run, step_loss, 0)  # warm-up: lazy initialisation (cuBLAS handles, optimizer state) may sync
+        sync_mode = torch.cuda.set_sync_debug_mode if dev.type == "cuda" else lambda mode: None
+        sync_mode("error")
+        try:
+            loss = forward_backward(run, step_loss, 1)
+            norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), args.grad_clip)
+        finally:
+            sync_mode("default")
+        assert loss.dtype == torch.float64 and loss.device.type == dev.type
+        value, grad_norm = read_scalars(loss, norm)
+        run.optimizer.zero_grad(set_to_none=True)
+        again = forward_backward(run, step_loss, 1).item()  # the same windows (drawn from [seed, step]), same weights
+        per_batch = []
+        with torch.no_grad(), run.autocast:
+            starts = run.train_data.random_starts(16, args.seq_len, np.random.default_rng([args.seed, 1]))
+            for i in range(4):
+                batch = run.train_data.windows(starts[4 * i : 4 * i + 4], args.seq_len).to(dev)
+                per_batch.append(NextTokenLoss(run.model)(batch[:, :-1], batch[:, 1:]).item())
+    assert math.isfinite(grad_norm) and grad_norm > 0
+    tol = 0 if dev.type == "cpu" else 1e-3  # CUDA's attention backward is not deterministic; its forward is close
+    assert abs(value - again) <= tol
+    assert abs(value - sum(per_batch) / 4) <= 1e-6 + tol, (value, per_batch)

@@ -49,7 +49,7 @@ from pit.training.args import LoraArgs
 from pit.training.objective import NextTokenLoss
 from pit.training.optim import optimizer_update, warmup_cosine
 from pit.training.run_folder import FinishedRun, MetricsLog, RunFolder, RunHandles, claim
-from pit.training.runtime import mixed_precision, peak_memory_mb, resolve_device
+from pit.training.runtime import mixed_precision, peak_memory_mb, read_scalars, resolve_device, to_device
 
 METRIC_KEYS = ("loss", "lr", "grad_norm", "tokens_per_s", "target_tokens")
 SIDE_EFFECT_KEYS = (
@@ -354,11 +354,12 @@ def train_step(run: LoraRun, step_loss, step: int) -> dict:
     t0 = time.perf_counter()
     pick = np.random.default_rng([args.seed, step]).integers(0, len(run.examples), size=args.batch_size)
     inputs, labels = make_batch([run.examples[i] for i in pick], run.tokenizer.eos_token_id)
-    inputs, labels = inputs.to(run.device), labels.to(run.device)
+    target_tokens = int((labels != -100).sum())  # on the host, before the copy
+    inputs, labels = to_device(inputs, run.device), to_device(labels, run.device)
     with run.autocast:  # the chunked fused loss of pretraining: no (tokens x V) logits
         loss = step_loss(inputs, labels)
     loss.backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(run.trainable, args.grad_clip).item()
+    loss, grad_norm = read_scalars(loss, torch.nn.utils.clip_grad_norm_(run.trainable, args.grad_clip))  # one sync
     optimizer_update(run.optimizer, run.model.get_base_model().interface if args.train_interface else None)
     lr = run.scheduler.get_last_lr()[0]
     run.scheduler.step()
@@ -366,10 +367,10 @@ def train_step(run: LoraRun, step_loss, step: int) -> dict:
     run.state["runtime_s"] += dt
     return {
         "step": step + 1,
-        "loss": loss.item(),
+        "loss": loss,
         "lr": lr,
         "grad_norm": grad_norm,
-        "target_tokens": int((labels != -100).sum()),
+        "target_tokens": target_tokens,
         "tokens_per_s": inputs.numel() / dt,
         "time_s": run.state["runtime_s"],
     }

@@ -45,7 +45,9 @@ from pit.training.runtime import (
     init_distributed,
     mixed_precision,
     peak_memory_mb,
+    read_scalars,
     resolve_device,
+    to_device,
 )
 
 STALE_OUTPUTS = ("metrics.jsonl", "summary.json", "final")
@@ -222,24 +224,25 @@ def loss_module(run: Run) -> torch.nn.Module:
     return step_loss
 
 
-def forward_backward(run: Run, step_loss, step: int) -> float:
-    """Accumulate the gradients of one global batch (this rank's micro-batches); the mean loss over all ranks."""
+def forward_backward(run: Run, step_loss, step: int) -> torch.Tensor:
+    """Accumulate the gradients of one global batch (this rank's micro-batches); the mean loss over all ranks, a
+    float64 tensor on the device. No host sync: the micro-batches' losses are summed on the device (in float64, the
+    sum a host loop of `loss.item()` would make) and the batches copied without waiting (`to_device`)."""
     args, d = run.args, run.dist
     rng = np.random.default_rng([args.seed, step])
     starts = run.train_data.random_starts(run.accum * d.world * args.micro_batch_size, args.seq_len, rng)
-    loss_sum = 0.0
+    loss_sum = torch.zeros((), dtype=torch.float64, device=run.device)
     for i in range(run.accum):
         micro = d.rank + i * d.world
-        batch = run.train_data.windows(
-            starts[micro * args.micro_batch_size : (micro + 1) * args.micro_batch_size], args.seq_len
-        ).to(run.device)
+        windows = starts[micro * args.micro_batch_size : (micro + 1) * args.micro_batch_size]
+        batch = to_device(run.train_data.windows(windows, args.seq_len), run.device)
         sync = d.world == 1 or i == run.accum - 1
         with nullcontext() if sync else step_loss.no_sync():
             new_step(args.compile_mode)  # "default" unless compiled (PretrainArgs' checks)
             with run.autocast:
                 loss = step_loss(batch[:, :-1], batch[:, 1:]) / run.accum
             loss.backward()
-        loss_sum += loss.item()
+        loss_sum += loss.detach()  # queued before the next replay of a CUDA graph overwrites `loss`
     return d.all_reduce_mean(loss_sum)
 
 
@@ -265,8 +268,9 @@ def train_step(run: Run, step_loss, step: int) -> dict:
     """One optimizer step; returns its metrics row (step counts from 1)."""
     args, state = run.args, run.state
     t0 = time.perf_counter()
-    loss = forward_backward(run, step_loss, step)
-    grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), args.grad_clip).item()
+    loss, grad_norm = read_scalars(  # the step's one host sync: spike handling needs both before the update
+        forward_backward(run, step_loss, step), torch.nn.utils.clip_grad_norm_(run.model.parameters(), args.grad_clip)
+    )
     event, action = spike_action(run, step, loss, grad_norm)
     if action == "skip":
         run.optimizer.zero_grad(set_to_none=True)

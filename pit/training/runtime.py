@@ -30,14 +30,15 @@ class Dist:
 
             dist.barrier()
 
-    def all_reduce_mean(self, x: float) -> float:
+    def all_reduce_mean(self, x: torch.Tensor) -> torch.Tensor:
+        """The mean of `x` (a tensor on this rank's device: NCCL reduces only CUDA tensors) over all ranks."""
         if self.world == 1:
             return x
         import torch.distributed as dist
 
-        t = torch.tensor([x], dtype=torch.float64)
-        dist.all_reduce(t)
-        return t.item() / self.world
+        x = x.clone()
+        dist.all_reduce(x)
+        return x / self.world
 
     def close(self) -> None:
         if self.world > 1:
@@ -72,6 +73,22 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         raise PitError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return device
+
+
+def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`batch` on `device`. To CUDA through pinned host memory, without waiting for the copy: the host goes on queueing
+    the step's kernels (a copy from pageable memory would make the host wait until the GPU has finished all work
+    queued so far)."""
+    if device.type != "cuda":
+        return batch.to(device)
+    return batch.pin_memory().to(device, non_blocking=True)
+
+
+def read_scalars(*values: torch.Tensor) -> list[float]:
+    """The values of 0-d tensors, read from the device in one copy: a training step's one host sync (its loss and
+    gradient norm, which spike handling needs before the update), instead of one per value. Exact: float32 and
+    float64 values pass through float64 unchanged."""
+    return torch.stack([v.detach().to(torch.float64) for v in values]).tolist()
 
 
 def mixed_precision(precision: str, device: torch.device):
