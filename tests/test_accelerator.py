@@ -127,6 +127,8 @@ def test_pit_train_step_accumulates_on_the_device_and_syncs_once(device, tiny_da
                 batch = run.train_data.windows(starts[4 * i : 4 * i + 4], args.seq_len).to(dev)
                 per_batch.append(NextTokenLoss(run.model)(batch[:, :-1], batch[:, 1:]).item())
     assert math.isfinite(grad_norm) and grad_norm > 0
-    tol = 0 if dev.type == "cpu" else 1e-3  # CUDA's attention backward is not deterministic; its forward is close
+    # CPU: deterministic kernels, exact. CUDA: bf16 kernels may differ between a grad and a no-grad forward (SDPA's
+    # backend choice); 1e-2 in a loss of ~7 still tells a mean from a sum (a factor of 4) or a lost micro-batch
+    tol = 0 if dev.type == "cpu" else 1e-2
     assert abs(value - again) <= tol
     assert abs(value - sum(per_batch) / 4) <= 1e-6 + tol, (value, per_batch)
