@@ -16,6 +16,8 @@
   `bf16_residual` (the residual stream in bf16 instead of FP32: fewer bytes for every LayerNorm and residual add,
   different training numerics, measured on CPU by benchmarks/bench_bf16_residual.py), `fused_proj` (the block's
   five input projections as one GEMM and its two output projections as one: benchmarks/bench_fused_proj.py);
+  `chunk<rows>` (the loss in chunks of that many rows of logits instead of pit.core.loss.CHUNK_SIZE = 1024: fewer
+  chunks, so fewer read-modify-write passes of the V x d gradient of the table, and larger GEMMs);
   repeating key/value heads before SDPA instead of `enable_gqa` is timed by `sdpa` alone (it lost on the H100 and on
   the H200: benchmarks/RESULTS.md 16-17);
   and three that change how the step is compiled, not the model: `cudagraphs` (torch.compile's mode
@@ -30,6 +32,9 @@
 - `profile_*.txt`: the CUDA kernels of two steps (torch.profiler) of each arm's baseline at batch 32, eager and
   compiled, with `gpu_busy` in the row: the kernels' time over the two steps' wall time (the rest is the GPU idle);
 - `retraction`: PIT's polar retraction of a trainable Z (`after_optimizer_step`) alone;
+- `head_chunks`: head + loss alone (eager, bf16, 16384 tokens, V = 50257) with the loss in chunks of 1024, 2048 and
+  4096 rows: peak memory and time against the naive head's, so that a chunk size the steps favour is checked
+  against the <= 0.1x memory target before it goes into the library;
 - `head_memory`: `pit bench`'s head + loss section at size gpu (naive, ours, Liger and CCE where installed).
 Writes OUT/probe.json after every measurement. Needs a CUDA GPU (`--cpu-smoke`: the same code on CPU, tiny).
 """
@@ -53,9 +58,22 @@ from torch._inductor import cudagraph_utils
 from torch.profiler import ProfilerActivity, profile
 
 import pit.core.loss as loss_module
+import pit.training.objective as objective
+from pit.core.loss import linear_cross_entropy
 from pit.models import build_model
 from pit.models.access import interface_of
-from pit.training.bench import ARMS, SIZES, Bench, Target, TrainStep, bf16_peak, flops_per_token, memory_section
+from pit.training.bench import (
+    ARMS,
+    HEAD_LOSSES,
+    SIZES,
+    Bench,
+    Target,
+    TrainStep,
+    bf16_peak,
+    flops_per_token,
+    head_loss_probe,
+    memory_section,
+)
 from pit.training.objective import NextTokenLoss, compile_loss
 from pit.training.optim import param_groups
 
@@ -64,17 +82,22 @@ V, T, MODEL = 50257, 1024, "scratch-133m"
 # benchmarks/RESULTS.md section 24 (one H200): the compiled TT step is 82.9 ms (41.3% of the peak; 45% is 76.1 ms),
 # its kernels keep the GPU busy ~79 ms of it, and batch 64 reached 42.4%; fused projections lost (102 ms), the one-pass
 # loss and the RoPE table saved 3.4 and 5.7 ms. So first what removes the GPU's idle time and the host's launches
-# (CUDA graphs), then Inductor's GEMM autotuning and epilogue fusion, then the update compiled, then the bf16 stream
-# (about 1 ms). The baselines come first even after scripts/gpu_check.sh has measured them: each variant is compared
-# with a baseline of the same process
+# (CUDA graphs), then the loss in larger chunks (fewer read-modify-writes of the V x d table gradient, ~1 ms by a count
+# of bytes at 4096 rows; `head_chunks` says what each chunk size costs in memory against the <= 0.1x target), then
+# Inductor's GEMM autotuning and epilogue fusion (its compilation takes longest), then the update compiled, then the
+# bf16 stream (about 1 ms). The baselines come first even after scripts/gpu_check.sh has measured them: each variant
+# is compared with a baseline of the same process
 PLAN = (
     ("tt", 32, True, ""),
     ("tt", 32, True, "cudagraphs"),
     ("tt", 64, True, "cudagraphs"),
+    ("tt", 32, True, "chunk4096+cudagraphs"),
+    "head_chunks",
     ("tt", 32, True, "max_autotune"),
     ("pit", 32, True, ""),
     ("pit", 32, True, "cudagraphs"),
     ("tt", 32, True, "compiled_update+cudagraphs"),
+    ("tt", 32, True, "chunk2048+cudagraphs"),
     ("tt", 32, True, "max_autotune+cudagraphs"),
     ("tt", 32, True, "bf16_residual+cudagraphs"),
     ("tt", 64, True, ""),
@@ -85,7 +108,8 @@ PLAN = (
     "sdpa",
 )
 # patches of the model (answered ones stay runnable: RESULTS 24) and changes of the compiled step
-VARIANTS = ("rope_recompute", "eager_form_loss", "fused_proj", "bf16_residual")
+VARIANTS = ("rope_recompute", "eager_form_loss", "fused_proj", "bf16_residual", "chunk<rows>")
+CHUNKS = (1024, 2048, 4096)  # rows per chunk of the loss that `head_chunks` measures (pit.core.loss.CHUNK_SIZE: 1024)
 STEP_VARIANTS = ("cudagraphs", "max_autotune", "compiled_update")
 DEV = torch.device("cuda")
 
@@ -146,7 +170,8 @@ def sdpa_probe() -> dict:
 
 
 def apply_variant(variant: str, model) -> None:
-    """Patch the model (its instances, and the loss module's `fused_chunk_form`: `step_probe` restores it)."""
+    """Patch the model (its instances), the loss module's `fused_chunk_form` or the loss's chunk size in
+    `NextTokenLoss` (`step_probe` restores both)."""
     for part in filter(None, variant.split("+")):
         if part == "rope_recompute":
             use_recomputed_rope(model)
@@ -156,6 +181,8 @@ def apply_variant(variant: str, model) -> None:
             use_fused_projections(model)
         elif part == "bf16_residual":
             use_bf16_residual(model)
+        elif part.startswith("chunk") and part[5:].isdigit():
+            objective.linear_cross_entropy = partial(linear_cross_entropy, chunk_size=int(part[5:]))
         elif part not in STEP_VARIANTS:
             raise ValueError(f"variant {part!r} is unknown; expected one of {VARIANTS + STEP_VARIANTS}")
 
@@ -230,7 +257,7 @@ def profile_step(step, name: str, out: Path) -> float:
 
 
 def step_probe(arm: str, batch: int, compiled: bool, variant: str, target: Target, peak: float, out: Path):
-    original = loss_module.fused_chunk_form
+    original, original_loss = loss_module.fused_chunk_form, objective.linear_cross_entropy
     skips = torch._dynamo.utils.counters["inductor"]
     try:
         SKIPS.reasons.clear()
@@ -259,7 +286,36 @@ def step_probe(arm: str, batch: int, compiled: bool, variant: str, target: Targe
             row["retraction_ms"] = timed(model.interface.after_optimizer_step)[0] * 1e3
         return row
     finally:
-        loss_module.fused_chunk_form = original
+        loss_module.fused_chunk_form, objective.linear_cross_entropy = original, original_loss
+
+
+def chunk_probe(size) -> list[dict]:
+    """Head + loss alone, forward and backward (`pit bench`'s head_memory probe, eager, bf16), with the loss in chunks
+    of CHUNKS rows, against the naive head: what a larger chunk costs in memory (the target: <= 0.1x the naive
+    head's) and saves in time."""
+    tokens, vocab, dim = size.memory
+    rows = []
+    for kind in ("pit", "tt"):
+        naive_mb, naive_s, _, _ = head_loss_probe(kind, "naive", tokens, vocab, dim, str(DEV), True)
+        for rows_per_chunk in CHUNKS:
+            name = f"chunked{rows_per_chunk}"
+            HEAD_LOSSES[name] = partial(linear_cross_entropy, chunk_size=rows_per_chunk)
+            try:
+                mb, seconds, _, _ = head_loss_probe(kind, name, tokens, vocab, dim, str(DEV), True)
+            finally:
+                del HEAD_LOSSES[name]
+            rows.append(
+                {
+                    "interface": kind,
+                    "chunk": rows_per_chunk,
+                    "tokens": tokens,
+                    "peak_mb": mb,
+                    "ratio_to_naive": mb / naive_mb if mb is not None and naive_mb else None,
+                    "loss_ms": seconds * 1e3,
+                    "time_ratio_to_naive": seconds / naive_s,
+                }
+            )
+    return rows
 
 
 def main(argv=None):
@@ -303,6 +359,11 @@ def main(argv=None):
         if item == "sdpa":  # answered on the H100 and the H200 (RESULTS 16-17): last
             res["sdpa"] = attempt("sdpa", sdpa_probe)
             print(json.dumps(res["sdpa"]), flush=True)
+            continue
+        if item == "head_chunks":
+            size = SIZES["tiny"] if a.cpu_smoke else SIZES["gpu"]
+            res["head_chunks"] = attempt("head_chunks", partial(chunk_probe, size))
+            print(json.dumps(res["head_chunks"]), flush=True)
             continue
         if item == "head_memory":
             size = SIZES["tiny"] if a.cpu_smoke else SIZES["gpu"]
