@@ -58,13 +58,10 @@ from torch._inductor import cudagraph_utils
 from torch.profiler import ProfilerActivity, profile
 
 import pit.core.loss as loss_module
-import pit.training.objective as objective
-from pit.core.loss import linear_cross_entropy
 from pit.models import build_model
 from pit.models.access import interface_of
 from pit.training.bench import (
     ARMS,
-    HEAD_LOSSES,
     SIZES,
     Bench,
     Target,
@@ -170,8 +167,7 @@ def sdpa_probe() -> dict:
 
 
 def apply_variant(variant: str, model) -> None:
-    """Patch the model (its instances), the loss module's `fused_chunk_form` or the loss's chunk size in
-    `NextTokenLoss` (`step_probe` restores both)."""
+    """Patch the model (its instances, and the loss module's `fused_chunk_form`: `step_probe` restores it)."""
     for part in filter(None, variant.split("+")):
         if part == "rope_recompute":
             use_recomputed_rope(model)
@@ -182,9 +178,14 @@ def apply_variant(variant: str, model) -> None:
         elif part == "bf16_residual":
             use_bf16_residual(model)
         elif part.startswith("chunk") and part[5:].isdigit():
-            objective.linear_cross_entropy = partial(linear_cross_entropy, chunk_size=int(part[5:]))
+            pass  # NextTokenLoss's chunk_rows (`chunk_rows`)
         elif part not in STEP_VARIANTS:
             raise ValueError(f"variant {part!r} is unknown; expected one of {VARIANTS + STEP_VARIANTS}")
+
+
+def chunk_rows(variant: str) -> int | None:
+    """The loss's rows per chunk that `variant` asks for (`chunk<rows>`), or None: the library's default."""
+    return next((int(part[5:]) for part in variant.split("+") if part.startswith("chunk")), None)
 
 
 def compile_mode(variant: str) -> str:
@@ -221,7 +222,7 @@ def build_step(arm: str, batch: int, compiled: bool, variant: str, target: Targe
     torch.manual_seed(0)
     model = build_model(MODEL, ARMS[arm], vocab_size=V, seed=0).to(DEV)
     apply_variant(variant, model)
-    loss = NextTokenLoss(model)
+    loss = NextTokenLoss(model, chunk_rows(variant))  # as `pit train` with loss_chunk_rows
     torch._dynamo.reset()  # a new graph for every model: Dynamo's guards do not see the patches
     if compiled:
         loss = compile_loss(loss, compile_mode(variant), dynamic=False)  # as `pit bench --compile --compile-mode`
@@ -257,7 +258,7 @@ def profile_step(step, name: str, out: Path) -> float:
 
 
 def step_probe(arm: str, batch: int, compiled: bool, variant: str, target: Target, peak: float, out: Path):
-    original, original_loss = loss_module.fused_chunk_form, objective.linear_cross_entropy
+    original = loss_module.fused_chunk_form
     skips = torch._dynamo.utils.counters["inductor"]
     try:
         SKIPS.reasons.clear()
@@ -286,7 +287,7 @@ def step_probe(arm: str, batch: int, compiled: bool, variant: str, target: Targe
             row["retraction_ms"] = timed(model.interface.after_optimizer_step)[0] * 1e3
         return row
     finally:
-        loss_module.fused_chunk_form, objective.linear_cross_entropy = original, original_loss
+        loss_module.fused_chunk_form = original
 
 
 def chunk_probe(size) -> list[dict]:
@@ -298,12 +299,7 @@ def chunk_probe(size) -> list[dict]:
     for kind in ("pit", "tt"):
         naive_mb, naive_s, _, _ = head_loss_probe(kind, "naive", tokens, vocab, dim, str(DEV), True)
         for rows_per_chunk in CHUNKS:
-            name = f"chunked{rows_per_chunk}"
-            HEAD_LOSSES[name] = partial(linear_cross_entropy, chunk_size=rows_per_chunk)
-            try:
-                mb, seconds, _, _ = head_loss_probe(kind, name, tokens, vocab, dim, str(DEV), True)
-            finally:
-                del HEAD_LOSSES[name]
+            mb, seconds, _, _ = head_loss_probe(kind, "chunked", tokens, vocab, dim, str(DEV), True, rows_per_chunk)
             rows.append(
                 {
                     "interface": kind,

@@ -31,8 +31,10 @@
 # (steps to leave out, comma-separated: tests, bench_eager, bench_compiled, study), so the checks can be split over
 # two calls where one call's time limit is shorter than all of them; GPU_CHECK_SEEDS (the study's seeds, comma-
 # separated: default 0, the slice); GPU_CHECK_COMPILE_MODE (the compiled bench's torch.compile mode, `pit bench
-# --compile-mode`: default, max-autotune-no-cudagraphs, reduce-overhead or max-autotune).
-# Exit status: 0 when every step passed, 1 otherwise; 2 for a bad GPU_CHECK_SEEDS or GPU_CHECK_COMPILE_MODE.
+# --compile-mode`: default, max-autotune-no-cudagraphs, reduce-overhead or max-autotune); GPU_CHECK_LOSS_CHUNK_ROWS
+# (both benches' `--loss-chunk-rows`: rows of logits per chunk of the fused loss; default: the library's).
+# Exit status: 0 when every step passed, 1 otherwise; 2 for a bad GPU_CHECK_SEEDS, GPU_CHECK_COMPILE_MODE or
+# GPU_CHECK_LOSS_CHUNK_ROWS.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -54,6 +56,14 @@ MODES="$("$PY" -c 'from pit.training.args import COMPILE_MODES; print(", ".join(
     echo "gpu_check: GPU_CHECK_COMPILE_MODE='$MODE': expected one of $MODES" >&2
     exit 2
 }
+CHUNK=()  # both benches' rows per chunk of the loss: the library's default unless GPU_CHECK_LOSS_CHUNK_ROWS
+if [[ -n "${GPU_CHECK_LOSS_CHUNK_ROWS:-}" ]]; then
+    [[ $GPU_CHECK_LOSS_CHUNK_ROWS =~ ^[1-9][0-9]*$ ]] || {
+        echo "gpu_check: GPU_CHECK_LOSS_CHUNK_ROWS='$GPU_CHECK_LOSS_CHUNK_ROWS': expected an integer >= 1" >&2
+        exit 2
+    }
+    CHUNK=(--loss-chunk-rows "$GPU_CHECK_LOSS_CHUNK_ROWS")
+fi
 DEST="${1:-${OUT:-./gpu-check}}"
 mkdir -p "$DEST" || exit 1
 DEST="$(cd "$DEST" && pwd)"
@@ -137,10 +147,10 @@ fi
 # the benches first, each alone on the GPU (their times are the measurements)
 # shellcheck disable=SC2086  # the *_ARGS settings are word lists
 run_step bench_eager "${GPU_CHECK_EAGER_S:-200}" "$DEST/bench_eager.json" \
-    "$PY" -m pit bench --json "${BENCH[@]}" ${GPU_CHECK_EAGER_ARGS:-${EAGER[@]}}
+    "$PY" -m pit bench --json "${BENCH[@]}" "${CHUNK[@]}" ${GPU_CHECK_EAGER_ARGS:-${EAGER[@]}}
 # shellcheck disable=SC2086
 run_step bench_compiled "${GPU_CHECK_COMPILE_S:-200}" "$DEST/bench_compiled.json" \
-    "$PY" -m pit bench --json --compile --compile-mode "$MODE" "${BENCH[@]}" \
+    "$PY" -m pit bench --json --compile --compile-mode "$MODE" "${BENCH[@]}" "${CHUNK[@]}" \
     ${GPU_CHECK_COMPILE_ARGS:-${COMPILE[@]}}
 
 # then the tests and the GPU study's smallest slice side by side: they share the GPU, and neither one's time is a
@@ -197,7 +207,7 @@ def bench(name):
         return None
     rows = [{k: row.get(k) for k in ("model", "vocab", "batch", "arm", "tokens_per_s", "mfu", "mfu_vs_peak",
                                      "time_ratio_to_tt")} for row in r["train"] + r["reference"]]
-    return {"machine": r["machine"], "settings": {k: r["settings"].get(k) for k in ("size", "compile", "compile_mode", "batches")},
+    return {"machine": r["machine"], "settings": {k: r["settings"].get(k) for k in ("size", "compile", "compile_mode", "batches", "loss_chunk_rows")},
             "acceptance": r["acceptance"], "steps": rows, "head_memory": r["head_memory"],
             "section_s": r.get("section_s")}
 

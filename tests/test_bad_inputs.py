@@ -160,6 +160,7 @@ def train_spec(**kw):
         ({"global_batch_tokens": 200}, "global_batch_tokens 200 is not a multiple of micro_batch_size x seq_len"),
         ({"compile_mode": "fast"}, "compile_mode \"fast\"; expected one of 'default', 'max-autotune-no-cudagraphs', "),
         ({"compile_mode": "max-autotune"}, "compile_mode 'max-autotune' with compile false; expected compile: true"),
+        ({"loss_chunk_rows": 0}, "loss_chunk_rows 0; expected > 0"),
         (  # CUDA graphs: a replay would overwrite the gradients accumulated from the last micro-batch
             {"compile": True, "compile_mode": "reduce-overhead"},
             "compile_mode 'reduce-overhead' replays CUDA graphs, which needs one micro-batch per step; "

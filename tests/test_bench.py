@@ -8,8 +8,19 @@ import pytest
 
 from pit.commands import main
 from pit.core.interfaces import InterfaceConfig
+from pit.core.loss import CHUNK_SIZE
+from pit.errors import PitError
 from pit.models import build_model
-from pit.training.bench import CPU_FP32, SECTIONS, SIZES, Size, acceptance, flops_per_token, train_section
+from pit.training.bench import (
+    CPU_FP32,
+    SECTIONS,
+    SIZES,
+    Size,
+    acceptance,
+    flops_per_token,
+    head_loss_probe,
+    train_section,
+)
 
 STEP_KEYS = {
     "model",
@@ -50,7 +61,7 @@ def test_json_schema_is_stable():
         "section_s",
         "acceptance",
     }
-    assert r["schema"] == "pit-bench/6"
+    assert r["schema"] == "pit-bench/7"
     assert set(r["section_s"]) == set(SECTIONS)  # each section's wall time: models built, warm-ups, timed rounds
     assert r["section_s"]["train"] > sum(row["step_s"] for row in r["train"])
     assert r["section_s"]["reference"] > sum(row["step_s"] for row in r["reference"])
@@ -111,6 +122,7 @@ def test_json_schema_is_stable():
         "pit_over_tt_time_best_batch_v50257",
     }
     assert r["settings"]["compile"] is r["settings"]["compile_mode"] is None
+    assert r["settings"]["loss_chunk_rows"] == CHUNK_SIZE
     assert r["settings"]["sections"] == list(SECTIONS)
     assert r["settings"]["arms"] == ["pit", "pit_trainable_z", "tt", "untied"] and r["settings"]["vocabs"] == []
 
@@ -157,11 +169,27 @@ def test_bf16_run_reads_mfu_against_a_given_peak():
         (["--compile-mode", "max-autotune"], "bench compile mode 'max-autotune' without compile; expected a backend"),
         (["--compile", "--compile-mode", "fast"], "compile mode 'fast'; expected one of ['default', 'max-autotune-no"),
         (["--compile", "aot_eager", "--compile-mode", "reduce-overhead"], "modes other than 'default' need 'inductor'"),
+        (["--loss-chunk-rows", "0"], "bench loss_chunk_rows 0; expected an integer >= 1 (rows of logits per chunk)"),
     ],
 )
 def test_bad_input_is_named(args, message, capsys):
     assert main(["bench", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_loss_chunk_rows_reach_the_head_memory_probe():
+    """`--loss-chunk-rows` is recorded in the settings and is what the head + loss probe runs (a chunk of 0 rows
+    reaches the loss's own check): with 7 rows per chunk (37 chunks of the tiny size's 256 tokens, the last one
+    short) ours still equals the naive head in value and gradient."""
+    with pytest.raises(PitError, match="chunk_size 0; expected an integer >= 1"):
+        head_loss_probe("pit", "chunked", 64, 100, 16, chunk_rows=0)
+    run = pit_bench("--json", "--size", "tiny", "--rounds", "1", "--sections", "head_memory", "--loss-chunk-rows", "7")
+    assert run.returncode == 0, run.stderr[-2000:]
+    r = json.loads(run.stdout)
+    assert r["settings"]["loss_chunk_rows"] == 7 and r["train"] == []
+    ours = [row for row in r["head_memory"] if row["loss"] == "chunked"]
+    assert [row["interface"] for row in ours] == ["pit", "tt"]
+    assert all(row["loss_abs_diff_to_naive"] < 1e-5 and row["grad_rel_diff_to_naive"] < 1e-5 for row in ours)
 
 
 def test_model_flops_follow_the_palm_count():

@@ -179,7 +179,7 @@ def test_gpu_study_plans_every_arm_at_realistic_width_and_a_seed_zero_slice(tmp_
 def test_gpu_check_runs_the_study_at_the_seeds_it_is_given(tmp_path):
     """scripts/gpu_check.sh's GPU_CHECK_SEEDS (docs/performance.md): the study step plans config/study-gpu.yaml at
     those seeds (here on CPU, `--cpu-smoke`: planned only, with the other steps left out) and the summary names
-    them; a malformed value (or compile mode) stops the script before it does anything, naming the value."""
+    them; a malformed value (or compile mode, or loss chunk) stops the script before it does anything, naming it."""
     for part in ("config", "workflow"):
         shutil.copytree(ROOT / part, tmp_path / part)
     (tmp_path / "scripts").mkdir()
@@ -201,3 +201,6 @@ def test_gpu_check_runs_the_study_at_the_seeds_it_is_given(tmp_path):
     bad = subprocess.run([*check, "bad"], cwd=tmp_path, env=env | {"GPU_CHECK_COMPILE_MODE": "fast"},
                          capture_output=True, text=True)  # fmt: skip
     assert bad.returncode == 2 and "GPU_CHECK_COMPILE_MODE='fast'" in bad.stderr and not (tmp_path / "bad").exists()
+    bad = subprocess.run([*check, "bad"], cwd=tmp_path, env=env | {"GPU_CHECK_LOSS_CHUNK_ROWS": "0"},
+                         capture_output=True, text=True)  # fmt: skip
+    assert bad.returncode == 2 and "GPU_CHECK_LOSS_CHUNK_ROWS='0'" in bad.stderr and not (tmp_path / "bad").exists()

@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 from pit.errors import PitError
 from pit.training.args import PretrainArgs
 from pit.training.pretrain import train
+from pit.training.run_folder import FinishedRun
 
 
 def spec(data, tok="bpe2k", **kw):
@@ -109,6 +110,20 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tiny_data, tmp_path):
     )
     assert w_ref.keys() == w_run.keys()
     assert all(torch.equal(w_ref[k], w_run[k]) for k in w_ref)
+
+
+def test_loss_chunk_rows_change_only_round_off(tiny_data, tmp_path):
+    """loss_chunk_rows 16 splits each micro-batch's 128 rows of logits into 8 chunks (the default takes them in one):
+    the same losses to round-off, and the same run by its fingerprint (a finished run folder is not trained again)."""
+    default, chunked = tmp_path / "default", tmp_path / "chunked"
+    train(PretrainArgs.from_dict(spec(tiny_data)), default)
+    train(PretrainArgs.from_dict(spec(tiny_data, loss_chunk_rows=16)), chunked)
+    a, b = rows(default), rows(chunked)
+    assert [r["step"] for r in b] == list(range(1, 9))
+    assert all(abs(x["loss"] - y["loss"]) <= 1e-5 for x, y in zip(a, b)), (a, b)
+    assert any(x["loss"] != y["loss"] or x["grad_norm"] != y["grad_norm"] for x, y in zip(a, b))  # another sum order
+    again = train(PretrainArgs.from_dict(spec(tiny_data, loss_chunk_rows=16)), default)
+    assert isinstance(again, FinishedRun) and rows(default) == a
 
 
 def test_ddp_two_processes_match_single_process(tiny_data, tmp_path):

@@ -2,7 +2,7 @@
 
 pit bench [--json] [--size default|tiny|gpu] [--rounds 3] [--repeats 1] [--layers 2] [--threads N]
           [--device cpu|cuda] [--precision fp32|bf16] [--peak-tflops X] [--compile [BACKEND]] [--compile-mode M]
-          [--batches 8,16,32]
+          [--batches 8,16,32] [--loss-chunk-rows N]
           [--sections train,reference,head_memory,generate] [--arms pit,pit_trainable_z,tt,untied] [--vocabs 50257]
 """
 
@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
             sections=tuple(args.sections.split(",")),
             arms=tuple(args.arms.split(",")),
             vocabs=_ints("--vocabs", args.vocabs),
+            loss_chunk_rows=args.loss_chunk_rows,
         )
     print(json.dumps(result, indent=2) if args.json else bench.to_text(result))
     return 0
@@ -89,6 +90,13 @@ def register(sub) -> None:
         help=f"torch.compile's mode with --compile, one of {', '.join(COMPILE_MODES)} (the last two: CUDA graphs)",
     )
     p.add_argument("--batches", default=None, help="the 133M groups' batch sweep, e.g. 8,16,32 (default: the size's)")
+    p.add_argument(
+        "--loss-chunk-rows",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"rows of logits per chunk of the fused loss, as loss_chunk_rows in a spec (default {bench.CHUNK_SIZE})",
+    )
     p.add_argument(
         "--sections",
         default=",".join(bench.SECTIONS),

@@ -332,6 +332,10 @@ class PretrainArgs(RunArgs):
     """torch.compile's mode when `compile` is true. reduce-overhead and max-autotune replay the step as CUDA graphs
     (no wait for kernel launches; on CPU they compile as default): only where a step is one micro-batch on one
     process, since a replay overwrites the last one's gradients before accumulation could read them."""
+    loss_chunk_rows: int | None = arg(None, ge=1)
+    """Rows of logits per chunk of the fused loss (pit/core/loss.py; None: its CHUNK_SIZE, 1024): the loss holds
+    about rows x V x 2-8 bytes at once. Larger chunks mean fewer, larger GEMMs and fewer passes over the table's
+    gradient; results differ only at round-off (the order of the sums), so it is outside the fingerprint."""
     log_every: int = arg(1, ge=1)
     """Steps between MLflow metric uploads (metrics.jsonl gets every step)."""
     interface_every: int = arg(1, ge=1)
@@ -362,7 +366,7 @@ class PretrainArgs(RunArgs):
         "mode", "model", "train_data", "val_data", "tokenizer", "interface", "seq_len",
     )  # fmt: skip
     fingerprint_excludes = RunArgs.fingerprint_excludes + (
-        "log_every", "compile", "compile_mode", "max_skipped_fraction", "allow_divergence",
+        "log_every", "compile", "compile_mode", "loss_chunk_rows", "max_skipped_fraction", "allow_divergence",
     )  # fmt: skip
 
     def checks(self) -> list[tuple[bool, str, tuple[str, ...]]]:

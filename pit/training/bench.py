@@ -2,7 +2,7 @@
 
     pit bench [--json] [--size default|tiny|gpu] [--rounds 3] [--repeats 1] [--layers 2] [--threads N]
               [--device cpu|cuda] [--precision fp32|bf16] [--peak-tflops X] [--compile [BACKEND]] [--compile-mode M]
-              [--batches 8,16,32]
+              [--batches 8,16,32] [--loss-chunk-rows N]
               [--sections train,reference,head_memory,generate] [--arms pit,pit_trainable_z,tt,untied] [--vocabs 50257]
 
 Sections (docs/performance.md has the method and the JSON keys):
@@ -17,7 +17,8 @@ Sections (docs/performance.md has the method and the JSON keys):
   `--compile`: the loss module (forward + chunked loss, and so its backward) under `torch.compile` (inductor,
   or the backend named), one static graph per shape, as `compile: true` in a training spec; the optimizer step
   stays eager. `--compile-mode`: torch.compile's mode, as `compile_mode` (reduce-overhead, max-autotune: CUDA
-  graphs).
+  graphs). `--loss-chunk-rows`: rows of logits per chunk of the fused loss, as `loss_chunk_rows` (here and in
+  `reference` and `head_memory`; default pit.core.loss.CHUNK_SIZE).
 * `reference`: transformers' `GPT2LMHeadModel` (tied, its default attention, loss from `labels`) against
   our `PitGPT2LMHeadModel` with TT and with PIT, converted from it, at one GPT-2 configuration (size `gpu`:
   Cerebras-GPT-256M's shape) and with the same optimizer.
@@ -44,6 +45,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
+from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -52,7 +54,7 @@ import torch
 
 from pit.core.interfaces import InterfaceConfig, PITTying, TransposeTying
 from pit.core.linalg import compute_dtype
-from pit.core.loss import linear_cross_entropy, naive_linear_cross_entropy
+from pit.core.loss import CHUNK_SIZE, linear_cross_entropy, naive_linear_cross_entropy
 from pit.errors import PitError
 from pit.models import build_model, convert_teacher, gpt2_config
 from pit.models.access import head_table, interface_of
@@ -62,7 +64,7 @@ from pit.training.objective import NextTokenLoss, check_compile, compile_loss, n
 from pit.training.optim import optimizer_update, param_groups
 from pit.training.runtime import resolve_device
 
-SCHEMA = "pit-bench/6"
+SCHEMA = "pit-bench/7"
 # Dense BF16 tensor-core peaks (FLOP/s, without sparsity) from NVIDIA's datasheets, matched in this order against
 # torch.cuda.get_device_name(); another GPU gets MFU against its measured GEMM only, unless --peak-tflops is given.
 BF16_PEAKS = (
@@ -185,6 +187,7 @@ class Bench:
     peak: float | None
     compile: str | None = None  # a torch.compile backend (inductor), or None: eager
     compile_mode: str = "default"  # torch.compile's mode (pit.training.args.COMPILE_MODES)
+    chunk_rows: int = CHUNK_SIZE  # rows of logits per chunk of the fused loss (`loss_chunk_rows` of pit train)
 
     def loss(self, fn):
         """`fn` as the step calls it: compiled (static shapes: a new batch shape compiles anew) or as it is."""
@@ -322,7 +325,7 @@ def train_section(
             continue
         overrides = {} if depth is None else {"num_hidden_layers": depth or layers}
         models = {arm: build_model(name, ARMS[arm], vocab_size=vocab, seed=0, **overrides) for arm in timed}
-        group = {arm: (m.to(device), NextTokenLoss(m)) for arm, m in models.items()}
+        group = {arm: (m.to(device), NextTokenLoss(m, bench.chunk_rows)) for arm, m in models.items()}
         sweep = [(size.tiny_batch, size.tiny_seq_len)] if depth is None else [(b, size.seq_len) for b in batches]
         for rows, seq_len in sweep:
             gen = torch.Generator().manual_seed(0)
@@ -347,7 +350,7 @@ def reference_section(size: Size, rounds: int, repeats: int, bench: Bench = CPU_
     }
     models = {"hf_gpt2": hf, **ours}
     group = {
-        arm: (m.to(bench.target.device), hf_labels_loss(m) if m is hf else NextTokenLoss(m))
+        arm: (m.to(bench.target.device), hf_labels_loss(m) if m is hf else NextTokenLoss(m, bench.chunk_rows))
         for arm, m in models.items()
     }
     batch = torch.randint(0, vocab, (size.batch, size.seq_len + 1), generator=torch.Generator().manual_seed(0))
@@ -415,11 +418,18 @@ def head_losses(device: torch.device) -> tuple[str, ...]:
 
 
 def head_loss_probe(
-    kind: str, loss: str, tokens: int, vocab: int, dim: int, device: str = "cpu", bf16: bool = False
+    kind: str,
+    loss: str,
+    tokens: int,
+    vocab: int,
+    dim: int,
+    device: str = "cpu",
+    bf16: bool = False,
+    chunk_rows: int = CHUNK_SIZE,
 ) -> tuple[float | None, float, float, np.ndarray]:
     """(MiB the memory grows by over head + loss forward and backward, seconds of one such call: best of 3
     after the measured one, the loss, the gradient of the hidden states as a NumPy array). On CPU it runs in a fresh
-    process (the resident set keeps freed memory)."""
+    process (the resident set keeps freed memory). `chunk_rows`: rows per chunk of ours ("chunked")."""
     target = Target(torch.device(device), bf16)
     torch.manual_seed(0)
     iface = (PITTying if kind == "pit" else TransposeTying).from_scratch(vocab, dim).to(target.device)
@@ -427,6 +437,8 @@ def head_loss_probe(
     targets = torch.randint(0, vocab, (tokens,), device=target.device)
     targets[::97] = -100  # some ignored rows, as LoRA's masked prompts
     fn, value = HEAD_LOSSES[loss], []
+    if loss == "chunked":
+        fn = partial(fn, chunk_size=chunk_rows)
 
     def call():
         with target.autocast():
@@ -447,7 +459,7 @@ def memory_section(size: Size, bench: Bench) -> list[dict]:
     memory, time, and how far the loss and the hidden states' gradient are from the naive one's (same precision)."""
     tokens, vocab, dim = size.memory
     target, rows = bench.target, []
-    args = (tokens, vocab, dim, str(target.device), target.bf16)
+    args = (tokens, vocab, dim, str(target.device), target.bf16, bench.chunk_rows)
     context = get_context("forkserver")  # a fresh process per probe, forked from a server that imported this module
     context.set_forkserver_preload([__name__])
     with ProcessPoolExecutor(max_workers=1, mp_context=context, max_tasks_per_child=1) as pool:
@@ -617,17 +629,22 @@ def run_bench(
     sections: tuple[str, ...] = SECTIONS,
     arms: tuple[str, ...] = tuple(ARMS),
     vocabs: tuple[int, ...] = (),
+    loss_chunk_rows: int | None = None,
 ) -> dict:
     """The `sections`, in this order, in this process (CPU memory probes in child processes); a section left out
     gives an empty list. `precision` None = bf16 on CUDA, fp32 on CPU; `batches` () = the size's sweep; `arms`: the
     training arms timed in `train` (the reference keeps its three); `vocabs`: the `train` groups' vocabularies
-    (() = every group of the size); `compile_mode`: torch.compile's mode, with `compile` only."""
+    (() = every group of the size); `compile_mode`: torch.compile's mode, with `compile` only; `loss_chunk_rows`: rows
+    of logits per chunk of our loss in `train`, `reference` and `head_memory` (None: pit.core.loss.CHUNK_SIZE)."""
     _check_settings(size, rounds, repeats, layers, precision, peak_tflops, batches, sections, arms, vocabs)
     if compile_mode != "default" and not compile:
         raise PitError(f"bench compile mode {compile_mode!r} without compile; expected a backend (inductor) with it")
     check_compile(compile_mode, compile or "inductor")  # the mode, and a backend that takes it
+    chunk_rows = CHUNK_SIZE if loss_chunk_rows is None else loss_chunk_rows
+    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
+        raise PitError(f"bench loss_chunk_rows {chunk_rows!r}; expected an integer >= 1 (rows of logits per chunk)")
     target = Target(resolve_device(device), precision == "bf16" or (precision is None and device.startswith("cuda")))
-    bench, s = Bench(target, bf16_peak(target, peak_tflops), compile, compile_mode), SIZES[size]
+    bench, s = Bench(target, bf16_peak(target, peak_tflops), compile, compile_mode, chunk_rows), SIZES[size]
     batches, seconds = tuple(batches) or s.sweep(), {}
     with torch._dynamo.config.patch(recompile_limit=64):  # one compiled graph per arm and shape, one code object
         train = timed_section(
@@ -649,6 +666,7 @@ def run_bench(
         },
         "settings": {"size": size, "rounds": rounds, "repeats": repeats, "layers": layers, **asdict(s)}
         | {"compile": compile, "compile_mode": compile_mode if compile else None, "batches": list(batches)}
+        | {"loss_chunk_rows": chunk_rows}
         | {"sections": list(sections), "arms": list(arms)}
         | {"vocabs": list(vocabs)},
         "gemm_peak": {
@@ -667,11 +685,14 @@ def run_bench(
 
 
 def compiled_text(settings: dict) -> str:
-    """', loss compiled' (with its mode unless the default) for the text report's step heading; '' when eager."""
+    """', loss compiled' (with its mode unless the default) and the loss's chunk unless the default, for the text
+    report's step heading; '' when eager with the default chunk."""
+    rows = settings["loss_chunk_rows"]
+    chunk = f", loss in chunks of {rows} rows" if rows != CHUNK_SIZE else ""
     if not settings["compile"]:
-        return ""
+        return chunk
     mode = settings["compile_mode"]
-    return ", loss compiled" + (f" ({mode})" if mode != "default" else "")
+    return ", loss compiled" + (f" ({mode})" if mode != "default" else "") + chunk
 
 
 def to_text(r: dict) -> str:

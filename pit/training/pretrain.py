@@ -214,7 +214,7 @@ def setup(args: PretrainArgs, folder: RunFolder, device: torch.device, d: Dist) 
 
 def loss_module(run: Run) -> torch.nn.Module:
     """The loss as the module a step calls: NextTokenLoss, optionally compiled, wrapped in DDP under torchrun."""
-    step_loss = NextTokenLoss(run.model)
+    step_loss = NextTokenLoss(run.model, run.args.loss_chunk_rows)
     if run.args.compile:
         step_loss = compile_loss(step_loss, run.args.compile_mode)
     if run.dist.world > 1:
@@ -352,15 +352,15 @@ def validation_loss(run: Run) -> float:
     args = run.args
     starts = run.val_data.sequential_starts(args.seq_len, args.eval_batches * args.micro_batch_size)
     run.model.eval()
-    total, count = 0.0, 0
+    total, count = torch.zeros((), dtype=torch.float64, device=run.device), 0  # summed on the device: one sync
     for i in range(0, len(starts), args.micro_batch_size):
-        batch = run.val_data.windows(starts[i : i + args.micro_batch_size], args.seq_len).to(run.device)
+        batch = to_device(run.val_data.windows(starts[i : i + args.micro_batch_size], args.seq_len), run.device)
         with run.autocast:
             logits = run.model(batch[:, :-1], use_cache=False).logits
-        total += F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum").item()
+        total += F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum")
         count += batch[:, 1:].numel()
     run.model.train()
-    return total / count
+    return total.item() / count
 
 
 def divergence(run: Run) -> str:
