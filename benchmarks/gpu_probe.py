@@ -79,11 +79,11 @@ V, T, MODEL = 50257, 1024, "scratch-133m"
 # benchmarks/RESULTS.md section 24 (one H200): the compiled TT step is 82.9 ms (41.3% of the peak; 45% is 76.1 ms),
 # its kernels keep the GPU busy ~79 ms of it, and batch 64 reached 42.4%; fused projections lost (102 ms), the one-pass
 # loss and the RoPE table saved 3.4 and 5.7 ms. So first what removes the GPU's idle time and the host's launches
-# (CUDA graphs), then the loss in larger chunks (fewer read-modify-writes of the V x d table gradient, up to ~0.9 ms by
-# a count of bytes at 4096 rows; `head_chunks` says what each chunk size costs in memory against the <= 0.1x target), then
-# Inductor's GEMM autotuning and epilogue fusion (its compilation takes longest), then the update compiled, then the
-# bf16 stream (about 1 ms). The baselines come first even after scripts/gpu_check.sh has measured them: each variant
-# is compared with a baseline of the same process
+# (CUDA graphs), then the loss in larger chunks (fewer read-modify-writes of the V x d table gradient, up to ~0.9 ms
+# by a count of bytes at 4096 rows; `head_chunks` says what each chunk size costs in memory against the <= 0.1x
+# target), then Inductor's GEMM autotuning and epilogue fusion (its compilation takes longest), then the update
+# compiled, then the bf16 stream (about 1 ms). The baselines come first even after scripts/gpu_check.sh has measured
+# them: each variant is compared with a baseline of the same process
 PLAN = (
     ("tt", 32, True, ""),
     ("tt", 32, True, "cudagraphs"),
