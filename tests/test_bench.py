@@ -181,7 +181,7 @@ def test_bad_input_is_named(args, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_a_chunk_of_zero_rows_reaches_the_losss_own_check():
+def test_a_chunk_of_zero_rows_is_refused_by_the_loss():
     with pytest.raises(PitError, match="chunk_size 0; expected an integer >= 1"):
         head_loss_probe("pit", "chunked", 64, 100, 16, chunk_rows=0)
 
