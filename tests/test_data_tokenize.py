@@ -8,8 +8,8 @@ import torch
 
 from pit.data.download import download, iter_text_batches
 from pit.data.reader import TokenFile
-from pit.data.tokenize import tokenize_split
-from pit.data.tokenizers import build_tokenizer
+from pit.data.tokenize import _encode_batch, _init_worker, tokenize_split
+from pit.data.tokenizers import bos_prefix, build_tokenizer
 from pit.errors import PitError
 
 CORPUS = {
@@ -153,3 +153,67 @@ def test_a_tokenizer_tiktoken_cannot_serve_falls_back_to_tokenizers(default_prof
     assert tiktoken_encoding(spec_path)[1] == "merged tokens' ids do not grow with the merge order"
     sidecar = tokenize_split(manifest, "val", tmp_path / "swapped", tmp_path / "val.bin", workers=2)
     assert sidecar["encoder"].startswith("tokenizers ")
+
+
+def llama_style_tokenizer(folder, texts: list[str], eos: str | None = "</s>"):
+    """A tokenizer checkpoint folder framed as Llama-2's: a Metaspace BPE with <unk>, <s> and </s> (no
+    <|endoftext|>), whose post-processor puts <s> (id 1) before every text."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    tokenizer.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"]))
+    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    specials = {"bos_token": "<s>", "unk_token": "<unk>"} | ({"eos_token": eos} if eos else {})
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, **specials).save_pretrained(folder)
+    return folder
+
+
+def test_a_checkpoint_tokenizer_keeps_its_own_bos_and_eos(inputs, train_file, tmp_path):
+    """Kind `checkpoint`: a Llama-style tokenizer (EOS </s>, BOS <s> before every text) gives BOS + document + EOS
+    per document; its special-token text inside a document stays text. GPT-2's tokenizer puts nothing before a
+    text, so its files keep the plain framing (the default profile's data are unchanged)."""
+    from transformers import AutoTokenizer
+
+    from pit.evaluation.likelihood import encode_pair
+    from pit.evaluation.tasks import load_task
+    from pit.training.lora import encode_examples
+
+    texts = [t for batch in iter_text_batches(inputs[0], "train", 100) for t in batch]
+    source = llama_style_tokenizer(tmp_path / "llama", texts)
+    meta = build_tokenizer("llama", {"kind": "checkpoint", "source": str(source)}, tmp_path / "tok")
+    assert (meta["eos_token"], meta["eos_id"], meta["bos_id"], meta["vocab_size"]) == ("</s>", 2, 1, 400)
+    hf = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    assert (hf.bos_token_id, hf.eos_token_id, hf("a b")["input_ids"][0]) == (1, 2, 1)
+    sidecar = tokenize_split(inputs[0], "train", tmp_path / "tok", tmp_path / "t.bin", workers=2, batch_documents=8)
+    data = TokenFile(tmp_path / "t.bin")
+    assert sidecar["bos_id"] == 1 and data.meta["eos_id"] == 2 and sidecar["documents"] == len(texts)
+    ends = np.flatnonzero(data.tokens == 2)
+    assert len(ends) == len(texts) and ends[-1] == len(data) - 1
+    assert data.tokens[0] == 1 and (data.tokens[ends[:-1] + 1] == 1).all() and (data.tokens == 1).sum() == len(texts)
+    plain = hf(texts, add_special_tokens=False)["input_ids"]
+    assert [doc.tolist() for doc in data.documents()] == plain
+    _init_worker(str(tmp_path / "tok/tokenizer.json"), 2, "uint16", (1,))  # special-token text inside a document
+    ids = _encode_batch(["a </s><s> b"])[0].tolist()
+    assert ids[0] == 1 and ids[-1] == 2 and 1 not in ids[1:] and 2 not in ids[:-1] and len(ids) > 4
+    # LoRA's examples and the likelihood's pairs start with the same BOS; GPT-2's get none.
+    task = load_task("gsm8k", "offline", limit=2, split="train")
+    prompts = [hf(task.spec.prompt(r), add_special_tokens=False)["input_ids"] for r in task.records.values()]
+    for (ids, n_prompt), prompt in zip(encode_examples(task, hf, seq_len=64), prompts, strict=True):
+        assert ids[0] == 1 and ids[1:n_prompt] == prompt[len(prompt) - n_prompt + 1 :] and 1 not in ids[1:]
+    assert encode_pair(hf, "x = 1", "0", None)[0][0] == 1
+    gpt2 = AutoTokenizer.from_pretrained(inputs[1])
+    assert bos_prefix(gpt2) == [] and encode_pair(gpt2, "x = 1", "0", None)[0] == [87, 796, 352, 15]
+    assert "bos_id" not in TokenFile(train_file).meta
+
+
+def test_a_checkpoint_tokenizer_without_eos_is_refused(inputs, tmp_path):
+    texts = [t for batch in iter_text_batches(inputs[0], "train", 100) for t in batch]
+    source = llama_style_tokenizer(tmp_path / "no-eos", texts, eos=None)
+    with pytest.raises(PitError, match="has no eos_token; expected one to mark the end of a document"):
+        build_tokenizer("x", {"kind": "checkpoint", "source": str(source)}, tmp_path / "tok")
+    with pytest.raises(PitError, match="expected a checkpoint folder or hub id"):
+        build_tokenizer("x", {"kind": "checkpoint", "source": str(tmp_path / "none")}, tmp_path / "tok")
+    assert not (tmp_path / "tok").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -92,3 +93,13 @@ def test_bad_tokenizer_specs_are_named(tmp_path, corpus, spec, message):
     with pytest.raises(PitError, match=message):
         build_tokenizer("t", spec, tmp_path / "t", corpus=corpus)
     assert not (tmp_path / "t").exists()
+
+
+def test_the_profile_schema_takes_a_checkpoint_tokenizer():
+    from pit.pipeline.config import schema_problem
+
+    config = copy.deepcopy(DEFAULTS)
+    config["tokenizers"]["gpt2"] = {"kind": "checkpoint", "source": "models/tinyllama"}
+    assert schema_problem(config) is None
+    config["tokenizers"]["gpt2"]["vocab_size"] = 32000
+    assert schema_problem(config)[0] == ["tokenizers", "gpt2"]

@@ -75,7 +75,7 @@ def test_decoding_the_token_files_gives_back_the_documents(built, tokenizer):
 def test_paper_profile_dry_run_lists_the_data_jobs(tmp_path):
     proc = snakemake(tmp_path, "-n", "data", "--configfile", str(PAPER_CONFIG))
     counts = job_counts(proc.stdout)
-    assert counts == {"download_corpus": 1, "gpt2_tokenizer": 1, "train_bpe_tokenizer": 1, "tokenize": 4, "data": 1}
+    assert counts == {"download_corpus": 1, "copy_tokenizer": 1, "train_bpe_tokenizer": 1, "tokenize": 4, "data": 1}
     assert "resources/corpus/fineweb-edu-10BT/manifest.json" in proc.stdout
     assert not (tmp_path / "resources").exists() and not (tmp_path / "results").exists()
 

@@ -37,6 +37,9 @@ def read_sidecar(path: Path) -> dict[str, Any]:
         )
     if meta["eos_id"] >= meta["vocab_size"]:
         raise PitError(f"sidecar {str(path)!r}: eos_id {meta['eos_id']} >= vocab_size {meta['vocab_size']}")
+    bos = meta.get("bos_id", 0)
+    if not isinstance(bos, int) or isinstance(bos, bool) or not 0 <= bos < meta["vocab_size"]:
+        raise PitError(f"sidecar {str(path)!r}: bos_id {bos!r}; expected an integer in [0, {meta['vocab_size']})")
     return meta
 
 
@@ -140,9 +143,9 @@ class TokenFile:
         return torch.from_numpy(rows.astype(np.int64))
 
     def documents(self) -> list[np.ndarray]:
-        """The token ids of each document (EOS removed), for checks and evaluation."""
+        """The token ids of each document (BOS and EOS removed), for checks and evaluation."""
         ends = np.flatnonzero(self.tokens == self.meta["eos_id"])
-        starts = np.concatenate([[0], ends[:-1] + 1])
+        starts = np.concatenate([[0], ends[:-1] + 1]) + int("bos_id" in self.meta)
         return [np.asarray(self.tokens[start:end]) for start, end in zip(starts, ends)]
 
 

@@ -1,8 +1,9 @@
 """Tokenize one corpus split into a flat binary token file plus its JSON sidecar.
 
-The file is the documents' token ids back to back, each document followed by EOS, as uint16
-when the vocabulary fits (V <= 65535) else uint32. Special-token text inside a document is
-encoded as ordinary text, so EOS only ever marks document ends.
+The file is the documents' token ids back to back, each document followed by EOS (and preceded by
+BOS where the tokenizer's meta has a `bos_id`: a checkpoint tokenizer that starts every text with one), as
+uint16 when the vocabulary fits (V <= 65535) else uint32. Special-token text inside a document is
+encoded as ordinary text, so EOS (and BOS) only ever mark document ends (and starts).
 
 The encoder is tiktoken, on `workers` threads, wherever it can serve the tokenizer's vocabulary with the same
 ids (`choose_encoder`; GPT-2's and the BPEs trained here); else `tokenizers` in `workers` processes. The
@@ -36,28 +37,28 @@ def token_dtype(vocab_size: int) -> np.dtype:
 _worker: dict[str, Any] = {}
 
 
-def _init_worker(tokenizer_json: str, eos_id: int, dtype: str) -> None:
+def _init_worker(tokenizer_json: str, eos_id: int, dtype: str, bos: tuple[int, ...] = ()) -> None:
     """Load the tokenizer once per process; encoding threads are off, parallelism is by process."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(tokenizer_json)
     tokenizer.encode_special_tokens = True
-    _worker.update(tokenizer=tokenizer, eos_id=eos_id, dtype=np.dtype(dtype))
+    _worker.update(tokenizer=tokenizer, eos_id=eos_id, dtype=np.dtype(dtype), bos=list(bos))
 
 
 def _encode_batch(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(token ids of the batch with EOS after each document, tokens per document incl. EOS)."""
+    """(token ids of the batch with [BOS +] each document + EOS, tokens per document incl. BOS and EOS)."""
     encodings = _worker["tokenizer"].encode_batch_fast(texts, add_special_tokens=False)  # no offsets
-    ids = [e.ids + [_worker["eos_id"]] for e in encodings]
+    ids = [_worker["bos"] + e.ids + [_worker["eos_id"]] for e in encodings]
     lengths = np.array([len(doc) for doc in ids], dtype=np.int64)
     return np.fromiter((t for doc in ids for t in doc), dtype=_worker["dtype"], count=int(lengths.sum())), lengths
 
 
-def _tiktoken_batches(encoding, batches, threads: int, eos_id: int, dtype: np.dtype):
-    """(ids with EOS after each document, tokens per document incl. EOS) of each batch, the arrays `_encode_batch`
-    gives, encoded by tiktoken on one pool of `threads` threads (its encoder releases the GIL). Each document is
-    encoded straight into a numpy buffer (`encode_to_numpy`, special-token text as ordinary text: no Python list
-    of ints), and the next batches are encoded while this one is joined and written."""
+def _tiktoken_batches(encoding, batches, threads: int, eos_id: int, dtype: np.dtype, bos: tuple[int, ...] = ()):
+    """(ids with [BOS before and] EOS after each document, tokens per document) of each batch, the arrays
+    `_encode_batch` gives, encoded by tiktoken on one pool of `threads` threads (its encoder releases the GIL).
+    Each document is encoded straight into a numpy buffer (`encode_to_numpy`, special-token text as ordinary
+    text: no Python list of ints), and the next batches are encoded while this one is joined and written."""
     from concurrent.futures import ThreadPoolExecutor
 
     encode = functools.partial(encoding.encode_to_numpy, disallowed_special=())
@@ -67,15 +68,19 @@ def _tiktoken_batches(encoding, batches, threads: int, eos_id: int, dtype: np.dt
         for texts in batches:
             ahead.append([pool.submit(encode, text) for text in texts])
             if len(ahead) > 2:
-                yield _joined([future.result() for future in ahead.popleft()], eos, dtype)
+                yield _joined([future.result() for future in ahead.popleft()], eos, dtype, bos)
         while ahead:
-            yield _joined([future.result() for future in ahead.popleft()], eos, dtype)
+            yield _joined([future.result() for future in ahead.popleft()], eos, dtype, bos)
 
 
-def _joined(docs: list[np.ndarray], eos: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """The documents' ids back to back, EOS after each, as `dtype`; and tokens per document incl. EOS."""
-    lengths = np.fromiter((len(doc) + 1 for doc in docs), dtype=np.int64, count=len(docs))
-    parts = [part for doc in docs for part in (doc, eos)]
+def _joined(
+    docs: list[np.ndarray], eos: np.ndarray, dtype: np.dtype, bos: tuple[int, ...] = ()
+) -> tuple[np.ndarray, np.ndarray]:
+    """The documents' ids back to back, [BOS before and] EOS after each, as `dtype`; and tokens per document incl.
+    BOS and EOS."""
+    head = np.array(bos, dtype=np.uint32)
+    lengths = np.fromiter((len(head) + len(doc) + 1 for doc in docs), dtype=np.int64, count=len(docs))
+    parts = [part for doc in docs for part in ((head, doc, eos) if bos else (doc, eos))]
     return (np.concatenate(parts) if parts else np.empty(0, np.uint32)).astype(dtype), lengths
 
 
@@ -154,6 +159,7 @@ def _sidecar(split, meta, manifest, encoder, dtype, n_tokens, n_docs, token_budg
         "tokenizer_sha256": meta["tokenizer_sha256"],
         "vocab_size": meta["vocab_size"],
         "eos_id": meta["eos_id"],
+        **({"bos_id": meta["bos_id"]} if "bos_id" in meta else {}),  # (absent without one, as in the tokenizer's)
         "encoder": encoder,
         "dtype": dtype.name,
         "tokens": n_tokens,
@@ -191,7 +197,8 @@ def tokenize_split(
     manifest = read_manifest(corpus)
     tokenizer, meta = load_tokenizer(tokenizer_folder)
     dtype = token_dtype(meta["vocab_size"])
-    init_args = (str(Path(tokenizer_folder) / "tokenizer.json"), meta["eos_id"], dtype.str)
+    bos = (meta["bos_id"],) if "bos_id" in meta else ()
+    init_args = (str(Path(tokenizer_folder) / "tokenizer.json"), meta["eos_id"], dtype.str, bos)
     first, batches = _split_batches(corpus, manifest, split, batch_documents, domain)
     encoding, why_not = choose_encoder(tokenizer, init_args[0], first) if encoder == "auto" else (None, "asked for")
     if encoding is None:
@@ -205,7 +212,7 @@ def tokenize_split(
     bar = progress_bar(total=manifest["splits"][split], unit="doc", desc=f"tokenize {split} with {meta['name']}")
     try:
         if encoding is not None:
-            results = _tiktoken_batches(encoding, batches, workers, meta["eos_id"], dtype)
+            results = _tiktoken_batches(encoding, batches, workers, meta["eos_id"], dtype, bos)
         elif pool is None:
             _init_worker(*init_args)
             results = map(_encode_batch, batches)

@@ -1,8 +1,11 @@
-"""Tokenizers: the GPT-2 BPE of the teacher family and a byte-level BPE trained for the scratch family.
+"""Tokenizers: the GPT-2 BPE of the teacher family, a byte-level BPE trained for the scratch family, and any
+teacher checkpoint's own tokenizer.
 
 Every tokenizer is saved as a folder that `transformers.AutoTokenizer.from_pretrained` loads
 (tokenizer.json, tokenizer_config.json, ...) plus `meta.json`: kind, spec, vocabulary size, EOS
-and `tokenizer_sha256`, the sha256 of tokenizer.json that every token file records.
+and `tokenizer_sha256`, the sha256 of tokenizer.json that every token file records. A checkpoint's
+tokenizer keeps its own EOS, and its `bos_id` where it puts a BOS token before every text
+(Llama, Gemma): the data stage then writes BOS + document + EOS, the framing the teacher was trained on.
 """
 
 from __future__ import annotations
@@ -20,7 +23,11 @@ from pit.errors import PitError
 from pit.io import atomic_path, sha256_file
 
 EOS = "<|endoftext|>"
-KIND_KEYS = {"gpt2": {"kind", "source"}, "bpe": {"kind", "vocab_size", "min_frequency", "seed", "sample_bytes"}}
+KIND_KEYS = {
+    "gpt2": {"kind", "source"},
+    "checkpoint": {"kind", "source"},
+    "bpe": {"kind", "vocab_size", "min_frequency", "seed", "sample_bytes"},
+}
 
 
 def check_spec(name: str, spec: dict[str, Any]) -> None:
@@ -34,6 +41,8 @@ def check_spec(name: str, spec: dict[str, Any]) -> None:
         raise PitError(f"tokenizer {name!r} keys {sorted(spec)}: expected exactly {sorted(KIND_KEYS[kind])}")
     if kind == "gpt2" and (not isinstance(spec["source"], str) or not spec["source"]):
         raise PitError(f"tokenizer {name!r} source {spec['source']!r}: expected 'package' or a checkpoint folder")
+    if kind == "checkpoint" and (not isinstance(spec["source"], str) or not spec["source"]):
+        raise PitError(f"tokenizer {name!r} source {spec['source']!r}: expected a checkpoint folder or hub id")
     if kind == "bpe":
         ranges = {"vocab_size": (257, 2**32 - 1), "min_frequency": (1, None), "seed": (0, None)}
         for key, (low, high) in ranges.items():
@@ -72,15 +81,48 @@ def gpt2_tokenizer(source: str):
     from tokenizers.models import BPE
 
     if source != "package":
-        from transformers import AutoTokenizer
-
         if not (Path(source) / "tokenizer.json").is_file() and not (Path(source) / "vocab.json").is_file():
             raise PitError(f"tokenizer source {source!r}: expected 'package' or a checkpoint folder with a tokenizer")
-        return AutoTokenizer.from_pretrained(source).backend_tokenizer
+        return checkpoint_tokenizer(source).backend_tokenizer
     vocab, merges = gpt2_package_files()
     tokenizer = _byte_level(BPE.from_file(str(vocab), str(merges)))
     tokenizer.add_special_tokens([AddedToken(EOS, special=True, normalized=False)])
     return tokenizer
+
+
+def checkpoint_tokenizer(source: str):
+    """A checkpoint's own tokenizer (folder or hub id) as `transformers` loads it (never remote code)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+    except (OSError, ValueError) as e:
+        why = f"expected a checkpoint folder or hub id with a tokenizer ({e})"
+        raise PitError(f"tokenizer source {source!r}: {why}") from e
+
+
+def bos_prefix(tokenizer) -> list[int]:
+    """The ids a `transformers` tokenizer puts before every text (its post-processor's BOS: [1] for Llama-2,
+    [2] for Gemma; [] for GPT-2's and the BPEs trained here): the tokens of `tokenizer("x")` before those of
+    `tokenizer("x", add_special_tokens=False)`."""
+    full = tokenizer("x")["input_ids"]
+    plain = tokenizer("x", add_special_tokens=False)["input_ids"]
+    start = next((i for i in range(len(full) - len(plain) + 1) if full[i : i + len(plain)] == plain), 0)
+    return list(full[:start])
+
+
+def _checkpoint_specials(source: str) -> tuple[Any, dict[str, str], int | None]:
+    """(backend tokenizer, its eos/bos/unk token strings, the BOS id it puts before every text or None) of a
+    checkpoint's tokenizer; a tokenizer without an EOS token cannot mark document ends and is refused."""
+    hf = checkpoint_tokenizer(source)
+    if hf.eos_token is None:
+        raise PitError(f"tokenizer source {source!r} has no eos_token; expected one to mark the end of a document")
+    prefix = bos_prefix(hf)
+    if len(prefix) > 1 or prefix and prefix[0] != hf.bos_token_id:
+        raise PitError(f"tokenizer source {source!r} puts {prefix} before every text; expected nothing or its BOS")
+    bos_id = prefix[0] if prefix and prefix[0] != hf.eos_token_id else None
+    specials = {"eos_token": hf.eos_token, "bos_token": hf.bos_token or hf.eos_token}
+    return hf.backend_tokenizer, specials | {"unk_token": hf.unk_token or hf.eos_token}, bos_id
 
 
 def train_bpe(manifest_path: str | os.PathLike, spec: dict[str, Any]):
@@ -115,24 +157,29 @@ def _training_sample(manifest_path, spec: dict[str, Any]) -> Iterator[str]:
             yield text
 
 
-def save_tokenizer(tokenizer, out: str | os.PathLike, meta: dict[str, Any]) -> dict[str, Any]:
-    """Save `tokenizer` (a `tokenizers.Tokenizer`) as an AutoTokenizer folder with meta.json, atomically."""
+def save_tokenizer(
+    tokenizer, out: str | os.PathLike, meta: dict[str, Any], specials: dict[str, str] | None = None, bos_id=None
+) -> dict[str, Any]:
+    """Save `tokenizer` (a `tokenizers.Tokenizer`) as an AutoTokenizer folder with meta.json, atomically.
+    `specials`: its eos/bos/unk token strings (default: all three `<|endoftext|>`); `bos_id`: the BOS id the data
+    stage writes before every document (recorded only when there is one)."""
     from transformers import PreTrainedTokenizerFast
 
-    eos_id = tokenizer.token_to_id(EOS)
+    specials = specials or {"eos_token": EOS, "bos_token": EOS, "unk_token": EOS}
+    eos_id = tokenizer.token_to_id(specials["eos_token"])
     if eos_id is None:
-        raise PitError(f"tokenizer {meta['name']!r} has no {EOS!r} token (needed as end of document)")
-    wrapped = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, unk_token=EOS, clean_up_tokenization_spaces=False
-    )
+        raise PitError(f"tokenizer {meta['name']!r} has no {specials['eos_token']!r} token (needed as end of document)")
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=tokenizer, clean_up_tokenization_spaces=False, **specials)
     with atomic_path(out) as tmp:
         wrapped.save_pretrained(tmp)
         meta = meta | {
             "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
-            "eos_token": EOS,
+            "eos_token": specials["eos_token"],
             "eos_id": eos_id,
             "tokenizer_sha256": sha256_file(tmp / "tokenizer.json"),
         }
+        if bos_id is not None:  # (absent otherwise: the meta of GPT-2's and the trained BPEs is unchanged)
+            meta["bos_id"] = bos_id
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
 
@@ -145,6 +192,9 @@ def build_tokenizer(
     meta: dict[str, Any] = {"name": name, "spec": spec}
     if spec["kind"] == "gpt2":
         return save_tokenizer(gpt2_tokenizer(spec["source"]), out, meta)
+    if spec["kind"] == "checkpoint":
+        tokenizer, specials, bos_id = _checkpoint_specials(spec["source"])
+        return save_tokenizer(tokenizer, out, meta, specials, bos_id)
     if corpus is None:
         raise PitError(f"tokenizer {name!r} is a trained BPE: pass --corpus with the corpus manifest")
     meta["corpus_manifest_sha256"] = read_manifest(corpus)["manifest_sha256"]

@@ -4,7 +4,8 @@
 
 The prompt is the one generation uses (Task.prompt); the reference is Task.solution (HumanEval's canonical
 solution, MBPP's code, GSM8K's worked solution, SVAMP's answer). Prompt and reference are tokenized
-separately (no special tokens) and concatenated, as in LoRA training (pit.training.lora); the loss covers
+separately (no special tokens but the BOS some tokenizers put before every text, as in their pretraining data) and
+concatenated, as in LoRA training (pit.training.lora); the loss covers
 the reference tokens only, and N pools them over all problems. Where prompt + reference exceed the model's
 positions, the prompt loses its beginning; a reference that alone does not fit (with one prompt token)
 keeps its first tokens. Both cases are counted in the result. Pass@1 is 0 for tiny models, this is not.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from pit.data.tokenizers import bos_prefix
 from pit.errors import PitError
 
 TOKENS_PER_FORWARD = 4096  # rows * width per forward pass (the logits are rows * width * vocab floats)
@@ -27,8 +29,10 @@ def model_context(model) -> int | None:
 
 
 def encode_pair(tokenizer, prompt: str, reference: str, context: int | None) -> tuple[list[int], int, bool, bool]:
-    """(prompt + reference token ids, prompt tokens kept, prompt truncated?, reference truncated?)."""
-    p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    """([BOS +] prompt + reference token ids, prompt tokens kept, prompt truncated?, reference truncated?); a BOS
+    that the tokenizer puts before every text (Llama's, Gemma's) is the prompt's first token."""
+    bos = bos_prefix(tokenizer)
+    p = bos + tokenizer(prompt, add_special_tokens=False)["input_ids"]
     r = tokenizer(reference, add_special_tokens=False)["input_ids"]
     if not p:
         raise PitError(f"prompt {prompt[:40]!r} has no tokens; expected at least one to condition the reference on")

@@ -38,6 +38,7 @@ import torch
 
 from pit.core.linalg import cpu_threads
 from pit.data.reader import TokenFile
+from pit.data.tokenizers import bos_prefix
 from pit.errors import PitError
 from pit.evaluation.tasks import load_task
 from pit.io import atomic_path, sha256_file, write_json
@@ -70,16 +71,17 @@ STALE_OUTPUTS = ("metrics.jsonl", "summary.json", "side_effects.json", "frontier
 
 # ---- data --------------------------------------------------------------------------------------
 def encode_examples(task, tokenizer, seq_len: int) -> list[tuple[list[int], int]]:
-    """(token ids, number of prompt tokens) per training record: prompt + target + EOS, at most
-    seq_len + 1 tokens (the prompt loses its beginning first, keeping at least half the window)."""
+    """(token ids, number of prompt tokens) per training record: [BOS +] prompt + target + EOS, at most
+    seq_len + 1 tokens (the prompt loses its beginning first, keeping at least half the window; a BOS that the
+    tokenizer puts before every text, as Llama's, stays first)."""
     if tokenizer.eos_token_id is None:
         raise PitError("the base checkpoint's tokenizer has no EOS token; expected one to end the targets")
-    out = []
+    out, bos = [], bos_prefix(tokenizer)
     for record in task.records.values():
         prompt = tokenizer(task.spec.prompt(record), add_special_tokens=False)["input_ids"]
         target = tokenizer(task.spec.target(record), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        keep_prompt = max(min(len(prompt), (seq_len + 1) // 2), seq_len + 1 - len(target))
-        prompt = prompt[max(0, len(prompt) - keep_prompt) :]
+        keep_prompt = max(min(len(prompt), (seq_len + 1) // 2 - len(bos)), seq_len + 1 - len(bos) - len(target))
+        prompt = bos + prompt[max(0, len(prompt) - keep_prompt) :]
         ids = (prompt + target)[: seq_len + 1]
         out.append((ids, len(prompt)))
     return out

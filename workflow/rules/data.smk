@@ -14,13 +14,13 @@ rule download_corpus:
         logged("pit data download --spec {params.spec} --out {output}")
 
 
-rule gpt2_tokenizer:
+rule copy_tokenizer:
     output:
         directory(tokenizer_dir("{tokenizer}")),
     log:
         log_path("data", "tokenizer_{tokenizer}"),
     wildcard_constraints:
-        tokenizer=name_pattern(tokenizers_of_kind("gpt2")),
+        tokenizer=name_pattern(tokenizers_of_kind("gpt2") + tokenizers_of_kind("checkpoint")),
     conda:
         ENV
     params:
