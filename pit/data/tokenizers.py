@@ -39,10 +39,9 @@ def check_spec(name: str, spec: dict[str, Any]) -> None:
         raise PitError(f"tokenizer {name!r} kind {kind!r}: expected one of {sorted(KIND_KEYS)}")
     if spec.keys() != KIND_KEYS[kind]:
         raise PitError(f"tokenizer {name!r} keys {sorted(spec)}: expected exactly {sorted(KIND_KEYS[kind])}")
-    if kind == "gpt2" and (not isinstance(spec["source"], str) or not spec["source"]):
-        raise PitError(f"tokenizer {name!r} source {spec['source']!r}: expected 'package' or a checkpoint folder")
-    if kind == "checkpoint" and (not isinstance(spec["source"], str) or not spec["source"]):
-        raise PitError(f"tokenizer {name!r} source {spec['source']!r}: expected a checkpoint folder or hub id")
+    if kind in ("gpt2", "checkpoint") and (not isinstance(spec["source"], str) or not spec["source"]):
+        want = "'package' or a checkpoint folder" if kind == "gpt2" else "a checkpoint folder or hub id"
+        raise PitError(f"tokenizer {name!r} source {spec['source']!r}: expected {want}")
     if kind == "bpe":
         ranges = {"vocab_size": (257, 2**32 - 1), "min_frequency": (1, None), "seed": (0, None)}
         for key, (low, high) in ranges.items():
@@ -121,8 +120,12 @@ def _checkpoint_specials(source: str) -> tuple[Any, dict[str, str], int | None]:
     if len(prefix) > 1 or prefix and prefix[0] != hf.bos_token_id:
         raise PitError(f"tokenizer source {source!r} puts {prefix} before every text; expected nothing or its BOS")
     bos_id = prefix[0] if prefix and prefix[0] != hf.eos_token_id else None
-    specials = {"eos_token": hf.eos_token, "bos_token": hf.bos_token or hf.eos_token}
-    return hf.backend_tokenizer, specials | {"unk_token": hf.unk_token or hf.eos_token}, bos_id
+    specials = {
+        "eos_token": hf.eos_token,
+        "bos_token": hf.bos_token or hf.eos_token,
+        "unk_token": hf.unk_token or hf.eos_token,
+    }
+    return hf.backend_tokenizer, specials, bos_id
 
 
 def train_bpe(manifest_path: str | os.PathLike, spec: dict[str, Any]):
