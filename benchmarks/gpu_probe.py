@@ -13,6 +13,8 @@
   element; the baseline reads the table),
   `eager_form_loss` (the compiled loss's chunks in the eager in-place form, as before `pit.core.loss._compiled_chunk`:
   Inductor stored an FP32 copy of every chunk of logits and read it back; benchmarks/bench_compiled_loss.py),
+  `copied_accumulation` (the table gradient accumulated with `addmm_`, as before `pit.core.loss.accumulate_mm`:
+  compiled, an out-of-place addmm per chunk, which copies the V x d gradient first),
   `bf16_residual` (the residual stream in bf16 instead of FP32: fewer bytes for every LayerNorm and residual add,
   different training numerics, measured on CPU by benchmarks/bench_bf16_residual.py), `fused_proj` (the block's
   five input projections as one GEMM and its two output projections as one: benchmarks/bench_fused_proj.py);
@@ -29,8 +31,9 @@
   each row also records the host's time to launch one step (`launch_ms`: from a synchronised start until the step's
   calls return; near `step_ms`, the GPU waits for the host) and Inductor's count of graphs it did not turn into
   CUDA graphs (`cudagraph_skips`; on CPU every graph) and its reasons (`cudagraph_skip_reasons`, CUDA only);
-- `profile_*.txt`: the CUDA kernels of two steps (torch.profiler) of each arm's baseline at batch 32, eager and
-  compiled, with `gpu_busy` in the row: the kernels' time over the two steps' wall time (the rest is the GPU idle);
+- `profile_<mode>_<arm>_<batch>.txt`: the CUDA kernels of two steps (torch.profiler) of the first row of each arm
+  and mode (eager, or torch.compile's) without a patch, with `gpu_busy` in the row: the kernels' time over the two
+  steps' wall time (the rest is the GPU idle);
 - `retraction`: PIT's polar retraction of a trainable Z (`after_optimizer_step`) alone;
 - `head_chunks`: head + loss alone (eager, bf16, 16384 tokens, V = 50257) with the loss in chunks of 1024, 2048 and
   4096 rows: peak memory and time against the naive head's, so that a chunk size the steps favour is checked
@@ -76,28 +79,25 @@ from pit.training.optim import param_groups
 
 V, T, MODEL = 50257, 1024, "scratch-133m"
 # (arm, batch, compiled, variant), most wanted first: the run stops at its deadline. The order follows
-# benchmarks/RESULTS.md section 24 (one H200): the compiled TT step is 82.9 ms (41.3% of the peak; 45% is 76.1 ms),
-# its kernels keep the GPU busy ~79 ms of it, and batch 64 reached 42.4%; fused projections lost (102 ms), the one-pass
-# loss and the RoPE table saved 3.4 and 5.7 ms. So first what removes the GPU's idle time and the host's launches
-# (CUDA graphs), then the loss in larger chunks (fewer read-modify-writes of the V x d table gradient, up to ~0.9 ms
-# by a count of bytes at 4096 rows; `head_chunks` says what each chunk size costs in memory against the <= 0.1x
-# target), then Inductor's GEMM autotuning and epilogue fusion (its compilation takes longest), then the update
-# compiled, then the bf16 stream (about 1 ms). The baselines come first even after scripts/gpu_check.sh has measured
-# them: each variant is compared with a baseline of the same process
+# benchmarks/RESULTS.md section 28 (one H200): CUDA graphs at batch 64 were best (TT 43.2% of the peak here, 44.7% in
+# `pit bench`; 45% is the target); CUDA graphs saved ~1 ms of the 82.9 ms step at batch 32, whose kernels kept the
+# GPU 94% busy; the loss in chunks of 4096 rows reached 43.6% at batch 32 but needs 0.22x the naive head's memory
+# (the target is <= 0.1x). Since then the loss accumulates the table gradient in place (`copied_accumulation`
+# restores the out-of-place form, whose copies took 1.1 ms a step at batch 32). So first that pair at the best
+# settings, then PIT there, then the update compiled and the bf16 stream (about 1 ms each at batch 32), then Inductor's
+# GEMM autotuning (its compilation takes longest), then batch 128. The first row of each arm and mode is profiled.
 PLAN = (
-    ("tt", 32, True, ""),
-    ("tt", 32, True, "cudagraphs"),
     ("tt", 64, True, "cudagraphs"),
-    ("tt", 32, True, "chunk4096+cudagraphs"),
+    ("tt", 64, True, "copied_accumulation+cudagraphs"),
+    ("pit", 64, True, "cudagraphs"),
+    ("tt", 64, True, "compiled_update+cudagraphs"),
+    ("tt", 64, True, "bf16_residual+cudagraphs"),
+    ("tt", 64, True, "max_autotune+cudagraphs"),
+    ("tt", 128, True, "cudagraphs"),
     "head_chunks",
+    ("tt", 32, True, "cudagraphs"),
+    ("tt", 32, True, ""),
     ("tt", 32, True, "max_autotune"),
-    ("pit", 32, True, ""),
-    ("pit", 32, True, "cudagraphs"),
-    ("tt", 32, True, "compiled_update+cudagraphs"),
-    ("tt", 32, True, "chunk2048+cudagraphs"),
-    ("tt", 32, True, "max_autotune+cudagraphs"),
-    ("tt", 32, True, "bf16_residual+cudagraphs"),
-    ("tt", 64, True, ""),
     ("tt", 32, False, ""),
     ("pit", 32, False, ""),
     ("pit_trainable_z", 32, False, ""),
@@ -105,7 +105,7 @@ PLAN = (
     "sdpa",
 )
 # patches of the model (answered ones stay runnable: RESULTS 24) and changes of the compiled step
-VARIANTS = ("rope_recompute", "eager_form_loss", "fused_proj", "bf16_residual", "chunk<rows>")
+VARIANTS = ("rope_recompute", "eager_form_loss", "copied_accumulation", "fused_proj", "bf16_residual", "chunk<rows>")
 CHUNKS = (1024, 2048, 4096)  # rows per chunk of the loss that `head_chunks` measures (pit.core.loss.CHUNK_SIZE: 1024)
 STEP_VARIANTS = ("cudagraphs", "max_autotune", "compiled_update")
 DEV = torch.device("cuda")
@@ -167,12 +167,15 @@ def sdpa_probe() -> dict:
 
 
 def apply_variant(variant: str, model) -> None:
-    """Patch the model (its instances, and the loss module's `fused_chunk_form`: `step_probe` restores it)."""
+    """Patch the model (its instances, and the loss module's `fused_chunk_form` and `accumulate_mm`: `step_probe`
+    restores them)."""
     for part in filter(None, variant.split("+")):
         if part == "rope_recompute":
             use_recomputed_rope(model)
         elif part == "eager_form_loss":
             loss_module.fused_chunk_form = lambda: False
+        elif part == "copied_accumulation":
+            loss_module.accumulate_mm = copied_accumulation
         elif part == "fused_proj":
             use_fused_projections(model)
         elif part == "bf16_residual":
@@ -181,6 +184,12 @@ def apply_variant(variant: str, model) -> None:
             pass  # NextTokenLoss's chunk_rows (`chunk_rows`)
         elif part not in STEP_VARIANTS:
             raise ValueError(f"variant {part!r} is unknown; expected one of {VARIANTS + STEP_VARIANTS}")
+
+
+def copied_accumulation(out, a, b, beta: float) -> None:
+    """dM (+)= dz^T g as before `pit.core.loss.accumulate_mm`: `addmm_`, which torch.compile makes an out-of-place
+    addmm into a new buffer that ATen's CUDA addmm first fills with a copy of dM."""
+    out.addmm_(a, b, beta=beta)
 
 
 def chunk_rows(variant: str) -> int | None:
@@ -257,8 +266,9 @@ def profile_step(step, name: str, out: Path) -> float:
     return busy / wall
 
 
-def step_probe(arm: str, batch: int, compiled: bool, variant: str, target: Target, peak: float, out: Path):
-    original = loss_module.fused_chunk_form
+def step_probe(arm, batch, compiled, variant, target: Target, peak: float, out: Path, profile_as: str | None):
+    """One row of PLAN; `profile_as`: also write its kernels to OUT/profile_<profile_as>.txt (`profile_step`)."""
+    original = loss_module.fused_chunk_form, loss_module.accumulate_mm
     skips = torch._dynamo.utils.counters["inductor"]
     try:
         SKIPS.reasons.clear()
@@ -281,13 +291,13 @@ def step_probe(arm: str, batch: int, compiled: bool, variant: str, target: Targe
             "cudagraph_skips": skips["cudagraph_skips"],
             "cudagraph_skip_reasons": list(SKIPS.reasons),
         }
-        if batch in (2, 32) and arm in ("pit", "tt") and not variant:
-            row["gpu_busy"] = profile_step(step, f"profile_{'compiled' if compiled else 'eager'}_{arm}.txt", out)
+        if profile_as:
+            row["gpu_busy"] = profile_step(step, f"profile_{profile_as}.txt", out)
         if arm == "pit_trainable_z" and not compiled:
             row["retraction_ms"] = timed(model.interface.after_optimizer_step)[0] * 1e3
         return row
     finally:
-        loss_module.fused_chunk_form = original
+        loss_module.fused_chunk_form, loss_module.accumulate_mm = original
 
 
 def chunk_probe(size) -> list[dict]:
@@ -351,6 +361,7 @@ def main(argv=None):
             if DEV.type == "cuda":
                 torch.cuda.empty_cache()
 
+    profiled = set()  # (mode, arm) of the rows whose kernels are written
     for item in PLAN:
         if item == "sdpa":  # answered on the H100 and the H200 (RESULTS 16-17): last
             res["sdpa"] = attempt("sdpa", sdpa_probe)
@@ -368,7 +379,10 @@ def main(argv=None):
             continue
         arm, batch, compiled, variant = item
         batch = min(batch, 2) if a.cpu_smoke else batch
-        probe = partial(step_probe, arm, batch, compiled, variant, target, peak, a.out)
+        mode = compile_mode(variant) if compiled else "eager"
+        profile_as = f"{mode}_{arm}_{batch}" if variant in ("", "cudagraphs") and (mode, arm) not in profiled else None
+        profiled.add((mode, arm))
+        probe = partial(step_probe, arm, batch, compiled, variant, target, peak, a.out, profile_as)
         row = attempt(f"{arm}-{batch}-{compiled}-{variant or 'baseline'}", probe)
         if row:
             res["steps"].append(row)

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU checks in one command (docs/performance.md, "On a GPU: scripts/gpu_check.sh").
 #
-#   scripts/gpu_check.sh [DIR]              one CUDA GPU, about 5.5 minutes (333 s on one H200: benchmarks/RESULTS.md
-#                                           section 24): `pit bench --size gpu` eager (V = 50257: the batch sweep 8, 16, 32 and
-#                                           head + loss; GPU_CHECK_EAGER_ARGS) and compiled (PIT and TT, V = 50257,
-#                                           batch 32: two compiles of about a minute each; GPU_CHECK_COMPILE_ARGS),
+#   scripts/gpu_check.sh [DIR]              one CUDA GPU, about 6.5 minutes (333 s on one H200 with batch 32 and mode
+#                                           default, benchmarks/RESULTS.md section 24; the compiled bench took 147 s at
+#                                           batch 64 in section 28): `pit bench --size gpu` eager (V = 50257: the batch
+#                                           sweep 8, 16, 32 and head + loss; GPU_CHECK_EAGER_ARGS) and compiled (PIT and
+#                                           TT, V = 50257, batch 64, mode reduce-overhead: the best of section 28; two
+#                                           compiles of about a minute each; GPU_CHECK_COMPILE_ARGS),
 #                                           each alone on the GPU; then the tests marked `cuda` beside the GPU study's
 #                                           smallest slice, config/study-gpu.yaml at seed 0 (results/tables and
 #                                           REPORT.md copied to DIR/study); each step under a timeout
@@ -27,11 +29,11 @@
 # at most 4); GPU_CHECK_WHEELS (a folder of wheels to install first, default .whl); GPU_CHECK_EAGER_ARGS and
 # GPU_CHECK_COMPILE_ARGS (`pit bench` arguments after --size and --device that replace each run's own: eager
 # `--sections train,head_memory --vocabs 50257`, compiled `--sections train --arms pit,tt --vocabs 50257 --batches
-# 32`; GPU_CHECK_EAGER_ARGS=" " runs every section at both vocabularies, as `pit bench --size gpu`); GPU_CHECK_SKIP
+# 64`; GPU_CHECK_EAGER_ARGS=" " runs every section at both vocabularies, as `pit bench --size gpu`); GPU_CHECK_SKIP
 # (steps to leave out, comma-separated: tests, bench_eager, bench_compiled, study), so the checks can be split over
 # two calls where one call's time limit is shorter than all of them; GPU_CHECK_SEEDS (the study's seeds, comma-
 # separated: default 0, the slice); GPU_CHECK_COMPILE_MODE (the compiled bench's torch.compile mode, `pit bench
-# --compile-mode`: default, max-autotune-no-cudagraphs, reduce-overhead or max-autotune); GPU_CHECK_LOSS_CHUNK_ROWS
+# --compile-mode`: reduce-overhead unless set; default, max-autotune-no-cudagraphs or max-autotune); GPU_CHECK_LOSS_CHUNK_ROWS
 # (both benches' `--loss-chunk-rows`: rows of logits per chunk of the fused loss; default: the library's).
 # Exit status: 0 when every step passed, 1 otherwise; 2 for a bad GPU_CHECK_SEEDS, GPU_CHECK_COMPILE_MODE or
 # GPU_CHECK_LOSS_CHUNK_ROWS.
@@ -50,7 +52,7 @@ PY="${PYTHON:-}"
 if [[ -z "$PY" ]]; then
     if [[ -x .venv/bin/python ]]; then PY=.venv/bin/python; else PY=python3; fi
 fi
-MODE="${GPU_CHECK_COMPILE_MODE:-default}"  # the compiled bench's torch.compile mode, one of pit's COMPILE_MODES
+MODE="${GPU_CHECK_COMPILE_MODE:-reduce-overhead}"  # the compiled bench's torch.compile mode, one of pit's COMPILE_MODES
 MODES="$("$PY" -c 'from pit.training.args import COMPILE_MODES; print(", ".join(COMPILE_MODES))')" || exit 1
 [[ ", $MODES, " == *", $MODE, "* ]] || {
     echo "gpu_check: GPU_CHECK_COMPILE_MODE='$MODE': expected one of $MODES" >&2
@@ -142,7 +144,7 @@ else
         "${CUDA_TESTS[@]}")
     BENCH=(--size gpu --device cuda)
     EAGER=(--sections train,head_memory --vocabs 50257)  # the acceptance's rows: the batch sweep, head + loss
-    COMPILE=(--sections train --arms pit,tt --vocabs 50257 --batches 32)
+    COMPILE=(--sections train --arms pit,tt --vocabs 50257 --batches 64)  # the best batch and mode: RESULTS 28
 fi
 # the benches first, each alone on the GPU (their times are the measurements)
 # shellcheck disable=SC2086  # the *_ARGS settings are word lists

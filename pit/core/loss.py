@@ -68,7 +68,16 @@ def _gradient_gemms(dz, gc, Mg, dgc, dMg, first: bool) -> None:
     if dgc is not None:
         torch.mm(dz, Mg, out=dgc)
     if dMg is not None:
-        dMg.addmm_(dz.T, gc, beta=0 if first else 1)
+        accumulate_mm(dMg, dz.T, gc, 0.0 if first else 1.0)
+
+
+@torch.library.custom_op("pit::accumulate_mm", mutates_args=("out",))
+def accumulate_mm(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta: float) -> None:
+    """out = beta out + a b, in place (beta = 0: out's old values, even nan, are ignored). An op of its own because
+    torch.compile turns `out.addmm_(a, b)` into an out-of-place addmm into a new buffer, and ATen's CUDA addmm
+    first copies `out` there: one copy of the (V x d) table gradient per chunk of the loss. Inductor keeps a custom
+    op's mutation in place (tests/test_step_graph.py), as eager `addmm_` is."""
+    out.addmm_(a, b, beta=beta)
 
 
 def fused_chunk_form() -> bool:
