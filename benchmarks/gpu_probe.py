@@ -84,8 +84,9 @@ V, T, MODEL = 50257, 1024, "scratch-133m"
 # GPU 94% busy; the loss in chunks of 4096 rows reached 43.6% at batch 32 but needs 0.22x the naive head's memory
 # (the target is <= 0.1x). Since then the loss accumulates the table gradient in place (`copied_accumulation`
 # restores the out-of-place form, whose copies took 1.1 ms a step at batch 32). So first that pair at the best
-# settings, then PIT there, then the update compiled and the bf16 stream (about 1 ms each at batch 32), then Inductor's
-# GEMM autotuning (its compilation takes longest), then batch 128. The first row of each arm and mode is profiled.
+# settings, then PIT there, then the update compiled (2.0 ms a step in section 24) and the bf16 stream (~1 ms), then
+# Inductor's GEMM autotuning (its compilation takes longest), then batch 128. The first row of each arm and mode is
+# profiled.
 PLAN = (
     ("tt", 64, True, "cudagraphs"),
     ("tt", 64, True, "copied_accumulation+cudagraphs"),

@@ -128,6 +128,11 @@ def test_json_schema_is_stable():
     assert r["settings"]["loss_chunk_rows"] == 7
     assert r["settings"]["sections"] == list(SECTIONS)
     assert r["settings"]["arms"] == ["pit", "pit_trainable_z", "tt", "untied"] and r["settings"]["vocabs"] == []
+    # progress on stderr as each timed group and section ends, so a run cut off by a time limit still says something
+    lines = [line for line in run.stderr.splitlines() if line.startswith("pit.bench: ")]
+    rates = ", ".join(f"{row['arm']} {row['tokens_per_s']:.0f} tokens/s" for row in r["train"])
+    assert lines[0] == f"pit.bench: train scratch-tiny, V = 1000, batch 2 x 32: {rates}", lines
+    assert [line.split()[2].rstrip(":") for line in lines[1:] if "bench: section " in line] == list(SECTIONS), lines
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 
 from pit.core.linalg import cpu_threads
 from pit.errors import PitError
@@ -27,6 +28,9 @@ def _ints(option: str, text: str | None) -> tuple[int, ...]:
 def run(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise PitError(f"--threads {args.threads}; expected an integer >= 1")
+    # progress on stderr as each group ends (stdout holds the result): a run cut off by a time limit still says what
+    # it measured
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     with cpu_threads(args.threads):
         result = bench.run_bench(
             args.size,

@@ -39,6 +39,7 @@ Linux) over forward + backward, each measurement in a fresh process; on CUDA `ma
 from __future__ import annotations
 
 import json
+import logging
 import math
 import platform
 import time
@@ -65,6 +66,7 @@ from pit.training.optim import optimizer_update, param_groups
 from pit.training.runtime import resolve_device
 
 SCHEMA = "pit-bench/7"
+log = logging.getLogger("pit.bench")  # a line per timed group and section, as they end (`pit bench` prints INFO)
 # Dense BF16 tensor-core peaks (FLOP/s, without sparsity) from NVIDIA's datasheets, matched in this order against
 # torch.cuda.get_device_name(); another GPU gets MFU against its measured GEMM only, unless --peak-tflops is given.
 BF16_PEAKS = (
@@ -331,8 +333,15 @@ def train_section(
             gen = torch.Generator().manual_seed(0)
             batch = torch.randint(0, vocab, (rows, seq_len + 1), generator=gen).to(device)
             out += [{**r, "model": name} for r in step_rows(group, batch, rounds, repeats, size.gemm_n, bench)]
+            log.info("train %s, V = %d, batch %d x %d: %s", name, vocab, rows, seq_len, _progress(out[-len(timed) :]))
         del models, group
     return out
+
+
+def _progress(rows: list[dict]) -> str:
+    """'arm tokens/s (MFU vs peak)' of each row, for the log line of a timed group."""
+    peak = [f" ({r['mfu_vs_peak']:.1%} of peak)" if r["mfu_vs_peak"] else "" for r in rows]
+    return ", ".join(f"{r['arm']} {r['tokens_per_s']:.0f} tokens/s{p}" for r, p in zip(rows, peak))
 
 
 def reference_section(size: Size, rounds: int, repeats: int, bench: Bench = CPU_FP32) -> list[dict]:
@@ -612,6 +621,7 @@ def timed_section(seconds: dict, name: str, sections: tuple[str, ...], fn) -> li
     start = time.perf_counter()
     rows = fn()
     seconds[name] = time.perf_counter() - start
+    log.info("section %s: %d rows in %.1f s", name, len(rows), seconds[name])
     return rows
 
 
