@@ -18,6 +18,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import yaml
@@ -119,6 +121,26 @@ def wait_for(check, timeout: float, what: str):
             return value
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def mlflow_store_ready(base: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Wait until the MLflow server at `base` (the process `proc`) answers a request that reads its tracking store.
+    An open port or /health is not enough: the server creates the store's tables on the first such request, which
+    on a loaded machine takes longer than the 5 s a training run's tracker waits (pit.tracking.tracker) before it
+    gives up on the server, as a test once saw."""
+    url = f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default"
+
+    def answers() -> bool:
+        assert proc.poll() is None, f"the MLflow server at {base} exited with {proc.returncode}"
+        try:
+            urllib.request.urlopen(url, timeout=60).close()
+        except urllib.error.HTTPError:
+            return True  # the store answered (an error about the experiment is still an answer)
+        except OSError:
+            return False  # not listening yet, or not answering yet
+        return True
+
+    wait_for(answers, timeout, f"the MLflow server at {base} to answer from its store")
 
 
 def stop_group(proc: subprocess.Popen, timeout: float = 10.0) -> None:

@@ -22,7 +22,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -35,6 +34,7 @@ from helpers import (
     files_under,
     job_counts,
     job_outputs,
+    mlflow_store_ready,
     mtimes,
     run,
     snakemake_cmd,
@@ -235,16 +235,8 @@ def mlflow_server(project):
         start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
     try:
-        while True:
-            try:
-                rest(base, "/health")
-                break
-            except OSError:
-                assert proc.poll() is None, (project.root.parent / "mlflow-server.log").read_text()
-                assert time.monotonic() < deadline, "mlflow server did not answer in 2 minutes"
-                time.sleep(0.5)
+        mlflow_store_ready(base, proc)
         yield base
     finally:
         stop_group(proc, timeout=5)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import mlflow_store_ready
 from safetensors.torch import load_file
 
 from pit.errors import PitError
@@ -237,7 +238,7 @@ def test_mlflow_server_down_mid_run_does_not_stop_training(tiny_data, tmp_path):
     )
     uri = f"http://127.0.0.1:{port}"
     try:
-        wait_for_port(port, 120)
+        mlflow_store_ready(uri, server)
         s = spec(tiny_data, max_steps=30, mlflow={"tracking_uri": uri, "experiment": "served"})
         run_dir = tmp_path / "run"
         proc = subprocess.Popen(
@@ -268,16 +269,6 @@ def test_mlflow_server_down_mid_run_does_not_stop_training(tiny_data, tmp_path):
     client = mlflow.MlflowClient(later)
     (run,) = client.search_runs([client.get_experiment_by_name("served").experiment_id])
     assert len(client.get_metric_history(run.info.run_id, "loss")) == 30
-
-
-def wait_for_port(port, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
 
 
 def test_teacher_mode_arms_start_from_the_teacher(tiny_data, tmp_path):
