@@ -90,37 +90,31 @@ def test_fullgraph_compiled_loss_and_backward_equal_eager(kind, ignore_all):
         assert ((a - b).norm() / b.norm()).item() <= 1e-6
 
 
-def compiled_bf16_loss_code(rows=32, chunks=3, V=1000):
-    """Inductor's code (forward and backward) for the chunked loss of a TT-like head in bf16 (M trained), `chunks`
-    chunks of `rows` rows; V = 1000 pads the table to 1024 rows."""
-    from torch._inductor.utils import run_and_get_code
-
-    from pit.core.loss import linear_cross_entropy
-
-    g = torch.randn(rows * chunks, 16, dtype=torch.bfloat16, requires_grad=True)
-    M = torch.randn(V, 16, requires_grad=True)
-    targets = torch.randint(0, V, (rows * chunks,))
-    fn = torch.compile(lambda *a: linear_cross_entropy(*a, chunk_size=rows), dynamic=False)
-    _, code = run_and_get_code(lambda: fn(g, M, targets).backward())
-    assert g.grad is not None and M.grad is not None and torch.isfinite(M.grad).all()
-    return "\n".join(code)
-
-
 def test_compiled_bf16_loss_keeps_no_fp32_copy_of_a_chunk():
     """Inductor's code for the chunked loss in bf16 (forward and backward) allocates no FP32 buffer of a chunk's
     logits size: each chunk's softmax, loss and dz are read from the bf16 logits and written back as bf16 dz in one
     pass (`pit.core.loss._compiled_chunk`). The eager form's in-place softmax and `scatter_add_` made Inductor store
     an FP32 copy of every chunk and read it back: 8 bytes of traffic per logit more, a few ms per step on a GPU."""
-    rows = 32
-    allocations = re.findall(r"empty_strided_cpu\(\(([\d, ]+)\),[^)]*\), torch\.(\w+)\)", compiled_bf16_loss_code(rows))
+    from torch._inductor.utils import run_and_get_code
+
+    from pit.core.loss import linear_cross_entropy
+
+    rows, V = 32, 1000  # the padded table: 1024 columns
+    g = torch.randn(96, 16, dtype=torch.bfloat16, requires_grad=True)
+    M = torch.randn(V, 16, requires_grad=True)
+    targets = torch.randint(0, V, (96,))
+    fn = torch.compile(lambda *a: linear_cross_entropy(*a, chunk_size=rows), dynamic=False)
+    _, code = run_and_get_code(lambda: fn(g, M, targets).backward())
+    allocations = re.findall(r"empty_strided_cpu\(\(([\d, ]+)\),[^)]*\), torch\.(\w+)\)", "\n".join(code))
     sizes = {(math.prod(int(n) for n in shape.replace(",", " ").split()), dtype) for shape, dtype in allocations}
     assert (rows * 1024, "bfloat16") in sizes, sizes  # the logits buffer: the parse sees the allocations
     assert not [size for size, dtype in sizes if dtype == "float32" and size >= rows * 1024], sizes
+    assert g.grad is not None and M.grad is not None and torch.isfinite(M.grad).all()
 
 
 def compiled_loss_ops(device, chunks=4, rows=64):
-    """ATen ops (name -> calls) of one compiled forward and backward of a TT-like bf16 loss (M trained) in `chunks`
-    chunks, after a warm-up call that compiles it."""
+    """ATen ops and, on CUDA, device activities (name -> calls) of one compiled forward and backward of a TT-like bf16
+    loss (M trained) in `chunks` chunks, after a warm-up call that compiles it."""
     from torch.profiler import ProfilerActivity, profile
 
     from pit.core.loss import linear_cross_entropy
@@ -132,26 +126,28 @@ def compiled_loss_ops(device, chunks=4, rows=64):
     targets = torch.randint(0, 1000, (chunks * rows,), generator=gen).to(device)
     fn = torch.compile(lambda *a: linear_cross_entropy(*a, chunk_size=rows), dynamic=False)
     fn(g, M, targets).backward()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:  # ATen ops are recorded on the host on any device
+    with profile(activities=[ProfilerActivity.CPU, *[ProfilerActivity.CUDA] * (device == "cuda")]) as prof:
         fn(g, M, targets).backward()
-    return {e.key: e.count for e in prof.key_averages() if e.key.startswith("aten::")}
+        if device == "cuda":
+            torch.cuda.synchronize()
+    return {e.key: e.count for e in prof.key_averages()}
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 def test_compiled_loss_accumulates_the_table_gradient_without_copies(device, monkeypatch):
     """Every chunk adds its dz^T g to dM in place (`pit.core.loss.accumulate_mm`, which Inductor keeps in place).
     Written as `dM.addmm_(...)` (patched back in below), the compiled code runs an out-of-place addmm per chunk,
-    and ATen's addmm first copies dM into its output: one `aten::copy_` per chunk after the first, on a GPU a
-    `Memcpy DtoD` of the whole V x d gradient (31 per step of the 133M model at batch 32 on one H200, 1.1 ms:
-    benchmarks/RESULTS.md section 28)."""
+    and ATen's addmm first copies dM into its output: one copy per chunk after the first (counted on CPU as
+    `aten::copy_`, on a GPU as the device's `Memcpy DtoD` of the whole V x d gradient: 31 per step of the 133M model
+    at batch 32 on one H200, 1.1 ms, benchmarks/RESULTS.md section 28)."""
     import pit.core.loss as loss_module
 
-    chunks = 4
+    chunks, copy = 4, "Memcpy DtoD (Device -> Device)" if device == "cuda" else "aten::copy_"
     in_place = compiled_loss_ops(device, chunks)
     monkeypatch.setattr(loss_module, "accumulate_mm", lambda out, a, b, beta: out.addmm_(a, b, beta=beta))
     copied = compiled_loss_ops(device, chunks)
     assert copied.get("aten::addmm", 0) == chunks and "aten::addmm" not in in_place, (copied, in_place)
-    assert copied.get("aten::copy_", 0) - in_place.get("aten::copy_", 0) == chunks - 1, (copied, in_place)
+    assert copied.get(copy, 0) - in_place.get(copy, 0) == chunks - 1, (copied, in_place)
     assert in_place.get("aten::addmm_", 0) == chunks, in_place
 
 
