@@ -33,8 +33,9 @@
 # (steps to leave out, comma-separated: tests, bench_eager, bench_compiled, study), so the checks can be split over
 # two calls where one call's time limit is shorter than all of them; GPU_CHECK_SEEDS (the study's seeds, comma-
 # separated: default 0, the slice); GPU_CHECK_COMPILE_MODE (the compiled bench's torch.compile mode, `pit bench
-# --compile-mode`: reduce-overhead unless set; default, max-autotune-no-cudagraphs or max-autotune); GPU_CHECK_LOSS_CHUNK_ROWS
-# (both benches' `--loss-chunk-rows`: rows of logits per chunk of the fused loss; default: the library's).
+# --compile-mode`: reduce-overhead unless set; default, max-autotune-no-cudagraphs or max-autotune);
+# GPU_CHECK_LOSS_CHUNK_ROWS (both benches' `--loss-chunk-rows`: rows of logits per chunk of the fused loss; default:
+# the library's).
 # Exit status: 0 when every step passed, 1 otherwise; 2 for a bad GPU_CHECK_SEEDS, GPU_CHECK_COMPILE_MODE or
 # GPU_CHECK_LOSS_CHUNK_ROWS.
 set -uo pipefail

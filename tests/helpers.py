@@ -123,15 +123,17 @@ def wait_for(check, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def mlflow_store_ready(base: str, proc: subprocess.Popen, timeout: float = 120) -> None:
-    """Wait until the MLflow server at `base` (the process `proc`) answers a request that reads its tracking store.
-    An open port or /health is not enough: the server creates the store's tables on the first such request, which
-    on a loaded machine takes longer than the 5 s a training run's tracker waits (pit.tracking.tracker) before it
-    gives up on the server, as a test once saw."""
+def mlflow_store_ready(base: str, proc: subprocess.Popen, timeout: float = 120, log: Path | None = None) -> None:
+    """Wait until the MLflow server at `base` (the process `proc`, writing `log` if given) answers a request that
+    reads its tracking store. An open port is not enough: on an idle 2-core machine the app answered /health 0.9 s
+    after the port opened, and on a loaded one the first requests can take longer than the 5 s a training run's
+    tracker waits (pit.tracking.tracker) before it gives up on the server, as a test once saw."""
     url = f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default"
 
     def answers() -> bool:
-        assert proc.poll() is None, f"the MLflow server at {base} exited with {proc.returncode}"
+        if proc.poll() is not None:
+            tail = log.read_text()[-2000:] if log is not None and log.is_file() else ""
+            raise AssertionError(f"the MLflow server at {base} exited with {proc.returncode}\n{tail}")
         try:
             urllib.request.urlopen(url, timeout=60).close()
         except urllib.error.HTTPError:

@@ -236,7 +236,7 @@ def mlflow_server(project):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        mlflow_store_ready(base, proc)
+        mlflow_store_ready(base, proc, log=project.root.parent / "mlflow-server.log")
         yield base
     finally:
         stop_group(proc, timeout=5)
