@@ -22,34 +22,48 @@ for arg in "$@"; do
 done
 cd "$(dirname "$0")/.."
 VENV=${PIT_VENV:-.venv}
+
+# System packages first, in the background: one `apt-get update` and one install of everything missing, while pip
+# installs the Python packages below (the two are independent, so their downloads and unpacking overlap).
+APT=()
+CAN_APT=0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then CAN_APT=1; fi
+missing() { # missing WANTED NOTE PACKAGE...: queue the packages for apt-get where wanted and possible, else say NOTE
+    local wanted=$1 note=$2
+    shift 2
+    if [ "$wanted" = 1 ] && [ "$CAN_APT" = 1 ]; then APT+=("$@"); else echo "$note" >&2; fi
+}
+command -v bwrap >/dev/null 2>&1 ||
+    missing 1 "note: bubblewrap is not installed; pit evaluate then runs code samples without namespaces (apt-get install bubblewrap)" bubblewrap
+command -v chromium >/dev/null 2>&1 ||
+    missing "$TEST_PACKAGES" "note: chromium is not installed; the HTML-report rendering tests need it (scripts/setup.sh --test-system-packages as root, or apt-get install chromium)" chromium
+command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] ||
+    missing "$TEST_PACKAGES" "note: SLURM is not installed; the scheduler test needs it (scripts/setup.sh --test-system-packages as root, or apt-get install slurm-wlm munge slurmdbd mariadb-server)" slurm-wlm munge slurmdbd mariadb-server
+APT_PID=""
+APT_LOG=""
+if [ "${#APT[@]}" -gt 0 ]; then
+    echo "installing in the background: ${APT[*]} (bubblewrap: the sandbox of pit evaluate's code samples; the others only with --test-system-packages: the browser and scheduler tests)" >&2
+    APT_LOG=$(mktemp)
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${APT[@]}") >"$APT_LOG" 2>&1 &
+    APT_PID=$!
+    # a failed pip step ends the script: apt-get finishes first, so no half-done install keeps dpkg's lock
+    trap '[ -z "$APT_PID" ] || wait "$APT_PID" 2>/dev/null || true' EXIT
+fi
+
 [ -x "$VENV/bin/python" ] || "${PYTHON:-python3}" -m venv "$VENV"
 PY="$VENV/bin/python"
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '2.13.0' else 1)" 2>/dev/null; then
     "$PY" -m pip install --quiet "torch==2.13.0"
 fi
 "$PY" -m pip install --quiet -c constraints.txt -e ".[dev]"
-if ! command -v chromium >/dev/null 2>&1; then
-    if [ "$TEST_PACKAGES" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "installing Chromium (tests only: --test-system-packages)" >&2
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-    else
-        echo "note: chromium is not installed; the HTML-report rendering tests need it (scripts/setup.sh --test-system-packages as root, or apt-get install chromium)" >&2
+
+if [ -n "$APT_PID" ]; then
+    if ! wait "$APT_PID"; then
+        APT_PID=""
+        tail -n 30 "$APT_LOG" >&2
+        echo "scripts/setup.sh: apt-get could not install ${APT[*]} (its log above, whole in $APT_LOG)" >&2
+        exit 1
     fi
-fi
-if ! command -v bwrap >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "installing bubblewrap (the sandbox of pit evaluate's code samples)" >&2
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
-    else
-        echo "note: bubblewrap is not installed; pit evaluate then runs code samples without namespaces (apt-get install bubblewrap)" >&2
-    fi
-fi
-if ! command -v slurmctld >/dev/null 2>&1 && ! [ -x /usr/sbin/slurmctld ]; then
-    if [ "$TEST_PACKAGES" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "installing SLURM, munge, slurmdbd and MariaDB (tests only: --test-system-packages)" >&2
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge slurmdbd \
-            mariadb-server >/dev/null
-    else
-        echo "note: SLURM is not installed; the scheduler test needs it (scripts/setup.sh --test-system-packages as root, or apt-get install slurm-wlm munge slurmdbd mariadb-server)" >&2
-    fi
+    APT_PID=""
+    rm -f "$APT_LOG"
 fi
