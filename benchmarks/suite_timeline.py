@@ -1,14 +1,18 @@
 """Where the test suite's time goes: each test's start and end, per pytest-xdist worker.
 
-As a pytest plugin it appends one JSON line per test (worker, test id, start, end, in seconds since the epoch) to
+As a pytest plugin it appends one JSON line per test (worker, test id, start, end, in seconds since the epoch, and
+`cpu_s`: the CPU seconds, user + system, of the worker and of the child processes it waited for during the test) to
 the file named by SUITE_TIMELINE (default `suite_timeline.jsonl` in the current folder):
 
     PYTHONPATH=benchmarks .venv/bin/python -m pytest -q -p suite_timeline
     python benchmarks/suite_timeline.py suite_timeline.jsonl
 
-As a script it prints each worker's span and busy time, the time by test file, and the longest tests. A suite whose
-workers end together and whose cores are saturated (`vmstat 5` beside it) gets shorter only by doing less work;
-one whose workers end apart gets shorter by scheduling (benchmarks/RESULTS.md, section 22).
+As a script it prints each worker's span and busy time, the time by test file, the longest tests, and the same by
+CPU seconds. A suite whose workers end together and whose cores are saturated (`vmstat 5` beside it) gets shorter
+only by doing less work; one whose workers end apart gets shorter by scheduling (benchmarks/RESULTS.md, section 22).
+On a saturated machine a test's wall time grows with the load around it; its CPU seconds do not, so the tests that
+cost the suite most are the first ones by CPU (section 29). A process a test started but did not wait for (a daemon)
+is not counted.
 """
 
 from __future__ import annotations
@@ -16,22 +20,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import time
 from collections import Counter
 
 import pytest
 
 
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of its children that have been waited for."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    start = time.time()
+    start, cpu = time.time(), cpu_seconds()
     yield
     # xdist gives each worker's config a `workerinput`; the PYTEST_XDIST_WORKER variable would also be inherited by
     # a pytest started from inside a worker, which is not itself a worker
     worker = getattr(item.config, "workerinput", {}).get("workerid", "main")
     row = {"worker": worker, "test": item.nodeid, "start": start}
     with open(os.environ.get("SUITE_TIMELINE", "suite_timeline.jsonl"), "a") as f:
-        f.write(json.dumps(row | {"end": time.time()}) + "\n")
+        f.write(json.dumps(row | {"end": time.time(), "cpu_s": cpu_seconds() - cpu}) + "\n")
 
 
 def summary(rows: list[dict], longest: int = 10) -> dict:
@@ -47,14 +58,18 @@ def summary(rows: list[dict], longest: int = 10) -> dict:
             "last_end_s": max(r["end"] for r in mine) - t0,
             "busy_s": sum(r["end"] - r["start"] for r in mine),
         }
-    files = Counter()
+    files, cpu = Counter(), Counter()
     for r in rows:
         files[r["test"].split("::")[0]] += r["end"] - r["start"]
+        cpu[r["test"].split("::")[0]] += r.get("cpu_s", 0.0)
     tests = sorted(rows, key=lambda r: r["end"] - r["start"], reverse=True)[:longest]
+    by_cpu = sorted(rows, key=lambda r: r.get("cpu_s", 0.0), reverse=True)[:longest]
     return {
         "workers": workers,
         "files": dict(files.most_common()),
         "longest": [(r["test"], r["end"] - r["start"]) for r in tests],
+        "files_cpu": dict(cpu.most_common()),
+        "most_cpu": [(r["test"], r.get("cpu_s", 0.0)) for r in by_cpu],
     }
 
 
@@ -72,6 +87,13 @@ def main() -> None:
         print(f"  {seconds:8.1f} s  {name}")
     print("\nlongest tests:")
     for name, seconds in s["longest"]:
+        print(f"  {seconds:8.1f} s  {name}")
+    cpu = sum(s["files_cpu"].values())
+    print(f"\nsummed CPU time {cpu:.1f} s (user + system, the workers and the children they waited for); by file:")
+    for name, seconds in list(s["files_cpu"].items())[: args.files]:
+        print(f"  {seconds:8.1f} s  {name}")
+    print("\nmost CPU:")
+    for name, seconds in s["most_cpu"]:
         print(f"  {seconds:8.1f} s  {name}")
 
 

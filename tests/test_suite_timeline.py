@@ -30,13 +30,19 @@ def run_with_timeline(folder, files, *args):
 
 def test_plugin_records_each_test_per_worker_and_the_summary_adds_them_up(tmp_path):
     sleeps = "import time\nimport pytest\n\n@pytest.mark.parametrize('i', range(3))\ndef test_sleep(i):\n"
-    files = {"test_a.py": sleeps + "    time.sleep(0.2)\n", "test_b.py": "def test_quick():\n    pass\n"}
+    busy = "import subprocess, sys\n\ndef test_child_works():\n    code = 'x = 0\\nfor i in range(3 * 10**6): x += i'\n"
+    busy += "    subprocess.run([sys.executable, '-c', code], check=True)\n"
+    files = {"test_a.py": sleeps + "    time.sleep(0.2)\n", "test_b.py": busy}
     rows = run_with_timeline(tmp_path, files, "-p", "no:xdist")
     assert sorted(r["test"] for r in rows) == [
         *(f"test_a.py::test_sleep[{i}]" for i in range(3)),
-        "test_b.py::test_quick",
+        "test_b.py::test_child_works",
     ]
     assert {r["worker"] for r in rows} == {"main"} and all(r["end"] >= r["start"] for r in rows)
+    # CPU seconds: a sleeping test spends (almost) none; the child's loop is counted for the test that waited for it
+    cpu = {r["test"]: r["cpu_s"] for r in rows}
+    assert all(cpu[f"test_a.py::test_sleep[{i}]"] < 0.05 for i in range(3)), cpu
+    assert cpu["test_b.py::test_child_works"] > 0.1, cpu
 
     sys.path.insert(0, str(BENCHMARKS))
     try:
@@ -51,6 +57,9 @@ def test_plugin_records_each_test_per_worker_and_the_summary_adds_them_up(tmp_pa
     durations = sorted((r["end"] - r["start"] for r in rows), reverse=True)
     assert [seconds for _, seconds in s["longest"]] == durations[:2]  # the two longest, longest first
     assert 0 == main["first_start_s"] < main["busy_s"] <= main["last_end_s"]
+    assert s["files_cpu"] == {name: pytest.approx(sum(r["cpu_s"] for r in rows if r["test"].startswith(name)))
+                              for name in ("test_b.py", "test_a.py")}  # fmt: skip
+    assert list(s["files_cpu"]) == ["test_b.py", "test_a.py"] and s["most_cpu"][0][0] == "test_b.py::test_child_works"
 
 
 def test_under_xdist_each_row_names_the_worker_that_ran_it(tmp_path):
