@@ -6,6 +6,7 @@ runs in a temporary directory (`--directory`), never in the repository's results
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,24 @@ def test_changed_tokenizer_setting_reruns_exactly_its_jobs(built, tmp_path):
     # A data-stage setting shared by all tokenize jobs reruns those and nothing upstream.
     config = write_config(tmp_path / "config2.yaml", lambda c: c.update(context_length=64))
     assert job_counts(snakemake(built, "-n", "data", "--configfile", str(config)).stdout) == {"tokenize": 4, "data": 1}
+
+
+def test_a_local_tokenizer_source_is_the_copys_input(built, tmp_path):
+    """A tokenizer copied from a local checkpoint folder has that folder's tokenizer files as inputs, so editing one
+    reruns the copy and the token files made with it; GPT-2's package files are no input (nothing to watch)."""
+    source = tmp_path / "checkpoint"
+    shutil.copytree(built / "results/tokenizers/gpt2", source)
+    for name in ("meta.json", ".snakemake_timestamp"):  # not tokenizer files (pit's record, Snakemake's marker)
+        (source / name).unlink()
+    config = write_config(tmp_path / "config.yaml", lambda c: c["tokenizers"]["gpt2"].update(source=str(source)))
+    plan = snakemake(built, "-n", "data", "--configfile", str(config)).stdout
+    assert job_counts(plan) == {"copy_tokenizer": 1, "tokenize": 2, "data": 1}
+    block = plan[plan.index("rule copy_tokenizer:") :].split("\n\n")[0]
+    inputs = next(line for line in block.splitlines() if line.strip().startswith("input:")).split(":", 1)[1]
+    assert sorted(p.strip() for p in inputs.split(",")) == sorted(str(f) for f in source.iterdir()), block
+    default = snakemake(built, "-n", "--forceall", "results/tokenizers/gpt2").stdout
+    copy = default[default.index("rule copy_tokenizer:") :].split("\n\n")[0]
+    assert "input:" not in copy, copy
 
 
 def test_gpt2_tokens_equal_tiktoken_on_the_corpus(built):

@@ -3,6 +3,8 @@ schema cannot express. The workflow, the report and `pit config check` read a pr
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pit.arms import arm_kind, mode_arms
 from pit.pipeline.layout import (
     diagnostics_file,
@@ -21,6 +23,16 @@ CLAIM_GROUPS = ["interface", "training", "stability", "layerwise", "side_effects
 TABLES = ["claims", "table1", "table2", "table3", "table4_scores", "table4_side_effects"]  # claims: a verdict each
 ROLES = ("stand_in", "teacher", "scratch")  # whose data a run reads (pretrain.domains)
 ARM_KEYS = ("train", "seeds")  # the keys of an arm entry that are not `interface` overrides
+# What `transformers` reads of a checkpoint's tokenizer (fast or slow, BPE or SentencePiece), where present
+TOKENIZER_SOURCE_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
 
 
 class Profile:
@@ -155,6 +167,15 @@ class Profile:
 
     def tokenizers_of_kind(self, kind: str) -> list[str]:
         return [name for name in self.tokenizers if self.config["tokenizers"][name]["kind"] == kind]
+
+    def tokenizer_source_files(self, name: str) -> list[str]:
+        """The tokenizer files of a tokenizer's `source` where that is a local checkpoint folder (the copy's
+        inputs: a changed file reruns the copy and the token files made with it); none for GPT-2's package files, a
+        hub id, or a trained BPE."""
+        source = self.config["tokenizers"][name].get("source")
+        if not isinstance(source, str) or source == "package" or not Path(source).is_dir():
+            return []
+        return [str(Path(source) / f) for f in TOKENIZER_SOURCE_FILES if (Path(source) / f).is_file()]
 
     def role_data(self, role: str) -> tuple[str, str | None]:
         """(tokenizer, domain) of the token files a role's runs read: role stand_in | teacher | scratch; the

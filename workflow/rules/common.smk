@@ -83,8 +83,9 @@ PRETRAIN_RES = PRETRAIN["resources"]  # threads, gpus, mem_mb, runtime (partitio
 POST_RES = POST["resources"]  # ... of the LoRA and evaluation jobs
 # One run of an arm, as rule wildcards: (mode, slot, interface, seed); seed None without `seeds` (today's paths).
 RUN = ("{mode}", "{slot}", "{interface}", "{seed}" if SEEDS else None)
-tokenizers_of_kind, token_files, val_tokens, run_inputs = (
+tokenizers_of_kind, tokenizer_source_files, token_files, val_tokens, run_inputs = (
     P.tokenizers_of_kind,
+    P.tokenizer_source_files,
     P.token_files,
     P.val_tokens,
     P.run_inputs,

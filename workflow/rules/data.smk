@@ -15,6 +15,8 @@ rule download_corpus:
 
 
 rule copy_tokenizer:
+    input:
+        lambda wc: tokenizer_source_files(wc.tokenizer),
     output:
         directory(tokenizer_dir("{tokenizer}")),
     log:
