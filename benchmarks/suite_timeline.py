@@ -82,19 +82,16 @@ def main() -> None:
         s = summary([json.loads(line) for line in f if line.strip()])
     for w, v in s["workers"].items():
         print(f"{w}: {v['tests']} tests, {v['first_start_s']:.1f} -> {v['last_end_s']:.1f} s, busy {v['busy_s']:.1f} s")
-    print(f"\nsummed test time {sum(s['files'].values()):.1f} s; by file:")
-    for name, seconds in list(s["files"].items())[: args.files]:
-        print(f"  {seconds:8.1f} s  {name}")
-    print("\nlongest tests:")
-    for name, seconds in s["longest"]:
-        print(f"  {seconds:8.1f} s  {name}")
-    cpu = sum(s["files_cpu"].values())
-    print(f"\nsummed CPU time {cpu:.1f} s (user + system, the workers and the children they waited for); by file:")
-    for name, seconds in list(s["files_cpu"].items())[: args.files]:
-        print(f"  {seconds:8.1f} s  {name}")
-    print("\nmost CPU:")
-    for name, seconds in s["most_cpu"]:
-        print(f"  {seconds:8.1f} s  {name}")
+    for what, files, tests, ranked in (
+        ("test time", "files", "longest", "longest tests"),
+        ("CPU time (user + system, the workers and the children they waited for)", "files_cpu", "most_cpu", "most CPU"),
+    ):
+        print(f"\nsummed {what} {sum(s[files].values()):.1f} s; by file:")
+        for name, seconds in list(s[files].items())[: args.files]:
+            print(f"  {seconds:8.1f} s  {name}")
+        print(f"\n{ranked}:")
+        for name, seconds in s[tests]:
+            print(f"  {seconds:8.1f} s  {name}")
 
 
 if __name__ == "__main__":
