@@ -60,8 +60,9 @@ def summary(rows: list[dict], longest: int = 10) -> dict:
         }
     files, cpu = Counter(), Counter()
     for r in rows:
-        files[r["test"].split("::")[0]] += r["end"] - r["start"]
-        cpu[r["test"].split("::")[0]] += r.get("cpu_s", 0.0)
+        name = r["test"].split("::")[0]
+        files[name] += r["end"] - r["start"]
+        cpu[name] += r.get("cpu_s", 0.0)
     tests = sorted(rows, key=lambda r: r["end"] - r["start"], reverse=True)[:longest]
     by_cpu = sorted(rows, key=lambda r: r.get("cpu_s", 0.0), reverse=True)[:longest]
     return {

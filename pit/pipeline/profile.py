@@ -175,7 +175,7 @@ class Profile:
         source = self.config["tokenizers"][name].get("source")
         if not isinstance(source, str) or source == "package" or not Path(source).is_dir():
             return []
-        return [str(Path(source) / f) for f in TOKENIZER_SOURCE_FILES if (Path(source) / f).is_file()]
+        return [str(path) for f in TOKENIZER_SOURCE_FILES if (path := Path(source) / f).is_file()]
 
     def role_data(self, role: str) -> tuple[str, str | None]:
         """(tokenizer, domain) of the token files a role's runs read: role stand_in | teacher | scratch; the
