@@ -13,8 +13,9 @@
   element; the baseline reads the table),
   `eager_form_loss` (the compiled loss's chunks in the eager in-place form, as before `pit.core.loss._compiled_chunk`:
   Inductor stored an FP32 copy of every chunk of logits and read it back; benchmarks/bench_compiled_loss.py),
-  `copied_accumulation` (the table gradient accumulated with `addmm_`, as before `pit.core.loss.accumulate_mm`:
-  compiled, an out-of-place addmm per chunk, which copies the V x d gradient first),
+  `bf16_accumulation` (the table gradient summed over the loss's chunks in bf16, in place, as before the FP32 sum of
+  `pit.core.loss.accumulate_mm`: what that sum costs), `copied_accumulation` (the bf16 sum written as `addmm_`, as in
+  section 28: compiled, an out-of-place addmm per chunk, which copies the V x d gradient first),
   `bf16_residual` (the residual stream in bf16 instead of FP32: fewer bytes for every LayerNorm and residual add,
   different training numerics, measured on CPU by benchmarks/bench_bf16_residual.py), `fused_proj` (the block's
   five input projections as one GEMM and its two output projections as one: benchmarks/bench_fused_proj.py);
@@ -82,13 +83,14 @@ V, T, MODEL = 50257, 1024, "scratch-133m"
 # benchmarks/RESULTS.md section 28 (one H200): CUDA graphs at batch 64 were best (TT 43.2% of the peak here, 44.7% in
 # `pit bench`; 45% is the target); CUDA graphs saved ~1 ms of the 82.9 ms step at batch 32, whose kernels kept the
 # GPU 94% busy; the loss in chunks of 4096 rows reached 43.6% at batch 32 but needs 0.22x the naive head's memory
-# (the target is <= 0.1x). Since then the loss accumulates the table gradient in place (`copied_accumulation`
-# restores the out-of-place form, whose copies took 1.1 ms a step at batch 32). So first that pair at the best
-# settings, then PIT there, then the update compiled (2.0 ms a step in section 24) and the bf16 stream (~1 ms), then
-# Inductor's GEMM autotuning (its compilation takes longest), then batch 128. The first row of each arm and mode is
-# profiled.
+# (the target is <= 0.1x). Since then the loss accumulates the table gradient in place, and in FP32 (section 30:
+# `bf16_accumulation` is the in-place bf16 sum, `copied_accumulation` the out-of-place form of section 28, whose
+# copies took 1.1 ms a step at batch 32). So first those three at the best settings, then PIT there, then the update
+# compiled (2.0 ms a step in section 24) and the bf16 stream (~1 ms), then Inductor's GEMM autotuning (its
+# compilation takes longest), then batch 128. The first row of each arm and mode is profiled.
 PLAN = (
     ("tt", 64, True, "cudagraphs"),
+    ("tt", 64, True, "bf16_accumulation+cudagraphs"),
     ("tt", 64, True, "copied_accumulation+cudagraphs"),
     ("pit", 64, True, "cudagraphs"),
     ("tt", 64, True, "compiled_update+cudagraphs"),
@@ -106,7 +108,15 @@ PLAN = (
     "sdpa",
 )
 # patches of the model (answered ones stay runnable: RESULTS 24) and changes of the compiled step
-VARIANTS = ("rope_recompute", "eager_form_loss", "copied_accumulation", "fused_proj", "bf16_residual", "chunk<rows>")
+VARIANTS = (
+    "rope_recompute",
+    "eager_form_loss",
+    "bf16_accumulation",
+    "copied_accumulation",
+    "fused_proj",
+    "bf16_residual",
+    "chunk<rows>",
+)
 CHUNKS = (1024, 2048, 4096)  # rows per chunk of the loss that `head_chunks` measures (pit.core.loss.CHUNK_SIZE: 1024)
 STEP_VARIANTS = ("cudagraphs", "max_autotune", "compiled_update")
 DEV = torch.device("cuda")
@@ -168,15 +178,17 @@ def sdpa_probe() -> dict:
 
 
 def apply_variant(variant: str, model) -> None:
-    """Patch the model (its instances, and the loss module's `fused_chunk_form` and `accumulate_mm`: `step_probe`
-    restores them)."""
+    """Patch the model (its instances, and the loss module's `fused_chunk_form`, `table_grad_buffer` and
+    `accumulate_mm`: `step_probe` restores them)."""
     for part in filter(None, variant.split("+")):
         if part == "rope_recompute":
             use_recomputed_rope(model)
         elif part == "eager_form_loss":
             loss_module.fused_chunk_form = lambda: False
-        elif part == "copied_accumulation":
-            loss_module.accumulate_mm = copied_accumulation
+        elif part in ("bf16_accumulation", "copied_accumulation"):
+            loss_module.table_grad_buffer = lambda Mg, acc: torch.empty_like(Mg)  # dM in the GEMMs' dtype
+            if part == "copied_accumulation":
+                loss_module.accumulate_mm = copied_accumulation
         elif part == "fused_proj":
             use_fused_projections(model)
         elif part == "bf16_residual":
@@ -188,8 +200,8 @@ def apply_variant(variant: str, model) -> None:
 
 
 def copied_accumulation(out, a, b, beta: float) -> None:
-    """dM (+)= dz^T g as before `pit.core.loss.accumulate_mm`: `addmm_`, which torch.compile makes an out-of-place
-    addmm into a new buffer that ATen's CUDA addmm first fills with a copy of dM."""
+    """dM (+)= dz^T g in dM's dtype as before `pit.core.loss.accumulate_mm`: `addmm_`, which torch.compile makes an
+    out-of-place addmm into a new buffer that ATen's CUDA addmm first fills with a copy of dM."""
     out.addmm_(a, b, beta=beta)
 
 
@@ -269,7 +281,7 @@ def profile_step(step, name: str, out: Path) -> float:
 
 def step_probe(arm, batch, compiled, variant, target: Target, peak: float, out: Path, profile_as: str | None):
     """One row of PLAN; `profile_as`: also write its kernels to OUT/profile_<profile_as>.txt (`profile_step`)."""
-    original = loss_module.fused_chunk_form, loss_module.accumulate_mm
+    original = loss_module.fused_chunk_form, loss_module.table_grad_buffer, loss_module.accumulate_mm
     skips = torch._dynamo.utils.counters["inductor"]
     try:
         SKIPS.reasons.clear()
@@ -298,7 +310,7 @@ def step_probe(arm, batch, compiled, variant, target: Target, peak: float, out: 
             row["retraction_ms"] = timed(model.interface.after_optimizer_step)[0] * 1e3
         return row
     finally:
-        loss_module.fused_chunk_form, loss_module.accumulate_mm = original
+        loss_module.fused_chunk_form, loss_module.table_grad_buffer, loss_module.accumulate_mm = original
 
 
 def chunk_probe(size) -> list[dict]:
@@ -308,9 +320,9 @@ def chunk_probe(size) -> list[dict]:
     tokens, vocab, dim = size.memory
     rows = []
     for kind in ("pit", "tt"):
-        naive_mb, naive_s, _, _ = head_loss_probe(kind, "naive", tokens, vocab, dim, str(DEV), True)
+        naive_mb, naive_s, *_ = head_loss_probe(kind, "naive", tokens, vocab, dim, str(DEV), True)
         for rows_per_chunk in CHUNKS:
-            mb, seconds, _, _ = head_loss_probe(kind, "chunked", tokens, vocab, dim, str(DEV), True, rows_per_chunk)
+            mb, seconds, *_ = head_loss_probe(kind, "chunked", tokens, vocab, dim, str(DEV), True, rows_per_chunk)
             rows.append(
                 {
                     "interface": kind,

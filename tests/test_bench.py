@@ -64,7 +64,7 @@ def test_json_schema_is_stable():
         "section_s",
         "acceptance",
     }
-    assert r["schema"] == "pit-bench/7"
+    assert r["schema"] == "pit-bench/8"
     assert set(r["section_s"]) == set(SECTIONS)  # each section's wall time: models built, warm-ups, timed rounds
     assert r["section_s"]["train"] > sum(row["step_s"] for row in r["train"])
     assert r["section_s"]["reference"] > sum(row["step_s"] for row in r["reference"])
@@ -97,12 +97,14 @@ def test_json_schema_is_stable():
     assert all(
         set(row)
         == {"interface", "loss", "tokens", "vocab", "dim", "peak_mb", "ratio_to_naive", "loss_s", "time_ratio_to_naive"}
-        | {"loss_abs_diff_to_naive", "grad_rel_diff_to_naive"}
+        | {"loss_abs_diff_to_naive", "grad_rel_diff_to_naive", "table_grad_rel_diff_to_naive"}
         for row in r["head_memory"]
     )
-    # ours equals naive in FP32 (value and the hidden states' gradient), with ignored rows
+    # ours equals naive in FP32 (value and the gradients of the hidden states and of TT's table), with ignored rows
     assert all(row["loss_abs_diff_to_naive"] < 1e-5 for row in r["head_memory"])
     assert all(row["grad_rel_diff_to_naive"] < 1e-5 for row in r["head_memory"])
+    assert [row["table_grad_rel_diff_to_naive"] is None for row in r["head_memory"]] == [True, True, False, False]
+    assert all(row["table_grad_rel_diff_to_naive"] < 1e-5 for row in r["head_memory"][2:])
     assert [row["arm"] for row in r["generate"]] == ["pit", "tt", "untied"]
     assert all(
         set(row) == {"arm", "model", "layers", "vocab", "batch", "prompt", "new_tokens", "tokens_per_s"}

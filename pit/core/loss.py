@@ -11,7 +11,9 @@ gradients are
 chunk, its loss terms, dz (in place of the logits) and both gradient products, so no N x V tensor is
 ever stored; the backward pass only scales dg and dM by the incoming gradient. Under torch.compile each chunk's
 loss terms and dz are one expression instead (`_compiled_chunk`), which Inductor makes one pass over the logits.
-dM is computed only when M requires a gradient: PIT with a frozen Z skips that (V x N x d) GEMM entirely.
+dM is computed only when M requires a gradient: PIT with a frozen Z skips that (V x N x d) GEMM entirely. Under a
+half compute dtype (bf16 autocast) the GEMMs run in it, and dM is summed over the chunks in FP32 (`accumulate_mm`), so
+its rounding does not grow with the number of chunks; it is returned in FP32 (an FP32 master table takes it as is).
 
 No host sync: n stays a tensor (the loss is a sum divided by n, 0/0 = nan with no valid row, as
 F.cross_entropy; the row weights w zero the ignored rows in the same pass that casts dz for the GEMMs), and
@@ -21,6 +23,7 @@ torch.compile (tests/test_step_graph.py) and a CUDA step never waits for the hos
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -71,13 +74,44 @@ def _gradient_gemms(dz, gc, Mg, dgc, dMg, first: bool) -> None:
         accumulate_mm(dMg, dz.T, gc, 0.0 if first else 1.0)
 
 
+def table_grad_buffer(Mg: torch.Tensor, acc: torch.dtype) -> torch.Tensor:
+    """dM's buffer: the GEMM table's shape in the accumulation dtype `acc` (FP32 at least), where `accumulate_mm`
+    sums the chunks' products."""
+    return torch.empty_like(Mg, dtype=acc)
+
+
 @torch.library.custom_op("pit::accumulate_mm", mutates_args=("out",))
 def accumulate_mm(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, beta: float) -> None:
-    """out = beta out + a b, in place (beta = 0: out's old values, even nan, are ignored). An op of its own because
-    torch.compile turns `out.addmm_(a, b)` into an out-of-place addmm into a new buffer, and ATen's CUDA addmm
-    first copies `out` there: one copy of the (V x d) table gradient per chunk of the loss. Inductor keeps a custom
-    op's mutation in place (tests/test_step_graph.py), as eager `addmm_` is."""
-    out.addmm_(a, b, beta=beta)
+    """out = beta out + a b, in place (beta = 0: out's old values, even nan, are ignored), with `out` in FP32 when a
+    and b are a half type: the products run in the half type, the sum over chunks in FP32 (on CUDA one GEMM with an
+    FP32 output, `addmm(..., out_dtype=float32)`; where torch has none, `half_gemm_into_fp32`, as on CPU, a GEMM of
+    FP32 copies of a and b). A sum kept in bf16 would be rounded to 8 bits after every chunk: its error grows with the
+    number of chunks (at 64 chunks about 4x the naive bf16 head's, tests/test_loss.py). An op of its own because
+    torch.compile turns `out.addmm_(a, b)` into an out-of-place addmm into a new buffer, and ATen's CUDA addmm first
+    copies `out` there: one copy of the (V x d) table gradient per chunk of the loss. Inductor keeps a custom op's
+    mutation in place (tests/test_step_graph.py), as eager `addmm_` is."""
+    if out.dtype == a.dtype:
+        out.addmm_(a, b, beta=beta)
+    elif half_gemm_into_fp32(out.device.type):
+        torch.addmm(out, a, b, out_dtype=out.dtype, beta=beta, out=out)
+    else:
+        out.addmm_(a.to(out.dtype), b.to(out.dtype), beta=beta)
+
+
+@functools.cache
+def half_gemm_into_fp32(device_type: str) -> bool:
+    """Whether torch has, on this device type, a GEMM of bf16 operands that adds into an FP32 output (`addmm` with
+    `out_dtype=torch.float32`: CUDA, in recent versions; torch 2.11 has it). Tried once on 2 x 2 matrices; without it
+    `accumulate_mm` multiplies FP32 copies of the operands, the same sum at more cost."""
+    if device_type != "cuda":
+        return False
+    c = torch.zeros(2, 2, device=device_type)
+    a = torch.ones(2, 2, device=device_type, dtype=torch.bfloat16)
+    try:
+        torch.addmm(c, a, a, out_dtype=torch.float32, out=c)
+    except (RuntimeError, TypeError):
+        return False
+    return bool((c == 2).all())  # one host sync, once per process
 
 
 def fused_chunk_form() -> bool:
@@ -125,7 +159,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         )
         loss = torch.zeros((), dtype=acc, device=g.device)
         dg = torch.empty_like(g) if need_g else None
-        dMg = torch.empty_like(Mg) if need_M else None  # the first chunk's product overwrites it (beta = 0)
+        dMg = table_grad_buffer(Mg, acc) if need_M else None  # the first chunk's product overwrites it (beta = 0)
         with torch.autocast(g.device.type, enabled=False):
             for s in range(0, g.shape[0], chunk_size):
                 gc, tc, wc = g[s : s + chunk_size], t[s : s + chunk_size], weight[s : s + chunk_size]
@@ -187,8 +221,6 @@ def linear_cross_entropy(
         raise PitError(f"chunk_size {chunk_size}; expected an integer >= 1")
     g = g.to(compute_dtype(g))
     pad = (g.is_cuda or torch.compiler.is_compiling()) if pad_table is None else pad_table
-    if not pad and M.dtype != g.dtype:
-        M = M.to(g.dtype)  # a padded table is cast while it is copied (`_gemm_table`)
     return _LinearCrossEntropy.apply(g.reshape(-1, g.shape[-1]), M, targets.reshape(-1), ignore_index, chunk_size, pad)
 
 

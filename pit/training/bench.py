@@ -65,7 +65,7 @@ from pit.training.objective import NextTokenLoss, check_compile, compile_loss, n
 from pit.training.optim import optimizer_update, param_groups
 from pit.training.runtime import resolve_device
 
-SCHEMA = "pit-bench/7"
+SCHEMA = "pit-bench/8"
 log = logging.getLogger("pit.bench")  # a line per timed group and section, as they end (`pit bench` prints INFO)
 # Dense BF16 tensor-core peaks (FLOP/s, without sparsity) from NVIDIA's datasheets, matched in this order against
 # torch.cuda.get_device_name(); another GPU gets MFU against its measured GEMM only, unless --peak-tflops is given.
@@ -435,10 +435,11 @@ def head_loss_probe(
     device: str = "cpu",
     bf16: bool = False,
     chunk_rows: int = CHUNK_SIZE,
-) -> tuple[float | None, float, float, np.ndarray]:
+) -> tuple[float | None, float, float, np.ndarray, np.ndarray | None]:
     """(MiB the memory grows by over head + loss forward and backward, seconds of one such call: best of 3
-    after the measured one, the loss, the gradient of the hidden states as a NumPy array). On CPU it runs in a fresh
-    process (the resident set keeps freed memory). `chunk_rows`: rows per chunk of ours ("chunked")."""
+    after the measured one, the loss, the gradients of the hidden states and of the V x d table as NumPy arrays; the
+    table's is None where it is frozen: PIT's Z). On CPU it runs in a fresh process (the resident set keeps freed
+    memory). `chunk_rows`: rows per chunk of ours ("chunked")."""
     target = Target(torch.device(device), bf16)
     torch.manual_seed(0)
     iface = (PITTying if kind == "pit" else TransposeTying).from_scratch(vocab, dim).to(target.device)
@@ -458,14 +459,24 @@ def head_loss_probe(
     start = _peak_start(target.device)
     call()
     peak = _peak_growth_mb(target.device, start)
-    grad, h.grad = h.grad.float().cpu().numpy(), None  # NumPy: a tensor cannot leave a finished worker
+    table = next((p for p in iface.parameters() if p.requires_grad and p.shape == (vocab, dim)), None)
+    grads = [None if x is None else x.grad.float().cpu().numpy() for x in (h, table)]  # NumPy: a tensor cannot
+    # leave a finished worker
+    h.grad = None
+    iface.zero_grad(set_to_none=True)
     seconds = min(time_arms({"call": call}, 3, 1, target.sync).values())
-    return peak, seconds, value[0], grad
+    return peak, seconds, value[0], *grads
+
+
+def _rel_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """|a - b| / |b| (Frobenius norms)."""
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 def memory_section(size: Size, bench: Bench) -> list[dict]:
     """Head + loss, forward and backward, of every implementation of `head_losses` against the naive one: peak
-    memory, time, and how far the loss and the hidden states' gradient are from the naive one's (same precision)."""
+    memory, time, and how far the loss and the gradients of the hidden states and of a trained table (TT's E) are
+    from the naive one's (same precision)."""
     tokens, vocab, dim = size.memory
     target, rows = bench.target, []
     args = (tokens, vocab, dim, str(target.device), target.bf16, bench.chunk_rows)
@@ -479,8 +490,8 @@ def memory_section(size: Size, bench: Bench) -> list[dict]:
                 else pool.submit(head_loss_probe, kind, loss, *args).result()
                 for loss in head_losses(target.device)
             }
-            (naive_mb, naive_s, naive_loss, naive_grad) = probe["naive"]
-            for loss, (mb, seconds, value, grad) in probe.items():
+            (naive_mb, naive_s, naive_loss, naive_grad, naive_table) = probe["naive"]
+            for loss, (mb, seconds, value, grad, table) in probe.items():
                 rows.append(
                     {
                         "interface": kind,
@@ -493,7 +504,8 @@ def memory_section(size: Size, bench: Bench) -> list[dict]:
                         "loss_s": seconds,
                         "time_ratio_to_naive": seconds / naive_s,
                         "loss_abs_diff_to_naive": abs(value - naive_loss),
-                        "grad_rel_diff_to_naive": float(np.linalg.norm(grad - naive_grad) / np.linalg.norm(naive_grad)),
+                        "grad_rel_diff_to_naive": _rel_diff(grad, naive_grad),
+                        "table_grad_rel_diff_to_naive": None if table is None else _rel_diff(table, naive_table),
                     }
                 )
     return rows
