@@ -446,22 +446,22 @@ def head_loss_probe(
     h = torch.randn(tokens, dim, device=target.device, requires_grad=True)
     targets = torch.randint(0, vocab, (tokens,), device=target.device)
     targets[::97] = -100  # some ignored rows, as LoRA's masked prompts
-    fn, value = HEAD_LOSSES[loss], []
+    fn, value, table = HEAD_LOSSES[loss], [], []
     if loss == "chunked":
         fn = partial(fn, chunk_size=chunk_rows)
 
     def call():
         with target.autocast():
-            out = fn(*iface.head_input(h), targets)
+            g, M = iface.head_input(h)
+            out = fn(g, M, targets)
         out.backward()
-        value[:] = [out.item()]
+        value[:], table[:] = [out.item()], [M if M.requires_grad else None]
 
     start = _peak_start(target.device)
     call()
     peak = _peak_growth_mb(target.device, start)
-    table = next((p for p in iface.parameters() if p.requires_grad and p.shape == (vocab, dim)), None)
-    grads = [None if x is None else x.grad.float().cpu().numpy() for x in (h, table)]  # NumPy: a tensor cannot
-    # leave a finished worker
+    # NumPy: a tensor cannot leave a finished worker
+    grads = [None if x is None else x.grad.float().cpu().numpy() for x in (h, *table)]
     h.grad = None
     iface.zero_grad(set_to_none=True)
     seconds = min(time_arms({"call": call}, 3, 1, target.sync).values())
