@@ -19,8 +19,10 @@
   `bf16_residual` (the residual stream in bf16 instead of FP32: fewer bytes for every LayerNorm and residual add,
   different training numerics, measured on CPU by benchmarks/bench_bf16_residual.py), `fused_proj` (the block's
   five input projections as one GEMM and its two output projections as one: benchmarks/bench_fused_proj.py);
-  `chunk<rows>` (the loss in chunks of that many rows of logits instead of pit.core.loss.CHUNK_SIZE = 1024: fewer
-  chunks, so fewer read-modify-write passes of the V x d gradient of the table, and larger GEMMs);
+  `chunk<rows>` (the loss in chunks of that many rows of logits instead of the library's choice,
+  pit.core.loss.chunk_rows: 1024 rows up to 16384 rows, past that at most 16 chunks, so 4096 at 64 windows;
+  `chunk1024` at 64 windows is the library before that choice: 64 chunks, each a read-modify-write pass of the V x d
+  gradient of the table, and smaller GEMMs);
   repeating key/value heads before SDPA instead of `enable_gqa` is timed by `sdpa` alone (it lost on the H100 and on
   the H200: benchmarks/RESULTS.md 16-17);
   and three that change how the step is compiled, not the model: `cudagraphs` (torch.compile's mode
@@ -83,13 +85,15 @@ V, T, MODEL = 50257, 1024, "scratch-133m"
 # benchmarks/RESULTS.md section 28 (one H200): CUDA graphs at batch 64 were best (TT 43.2% of the peak here, 44.7% in
 # `pit bench`; 45% is the target); CUDA graphs saved ~1 ms of the 82.9 ms step at batch 32, whose kernels kept the
 # GPU 94% busy; the loss in chunks of 4096 rows reached 43.6% at batch 32 but needs 0.22x the naive head's memory
-# (the target is <= 0.1x). Since then the loss accumulates the table gradient in place, and in FP32 (section 30:
-# `bf16_accumulation` is the in-place bf16 sum, `copied_accumulation` the out-of-place form of section 28, whose
-# copies took 1.1 ms a step at batch 32). So first those three at the best settings, then PIT there, then the update
+# at 16384 tokens (the target is <= 0.1x). Since then the loss accumulates the table gradient in place, and in FP32
+# (section 30: `bf16_accumulation` is the in-place bf16 sum, `copied_accumulation` the out-of-place form of section
+# 28, whose copies took 1.1 ms a step at batch 32), and past 16384 rows it runs in 16 chunks (section 31: 4096 rows
+# at batch 64; `chunk1024` is the 64 chunks before). So first those four at the best settings, then PIT, then the update
 # compiled (2.0 ms a step in section 24) and the bf16 stream (~1 ms), then Inductor's GEMM autotuning (its
 # compilation takes longest), then batch 128. The first row of each arm and mode is profiled.
 PLAN = (
     ("tt", 64, True, "cudagraphs"),
+    ("tt", 64, True, "chunk1024+cudagraphs"),
     ("tt", 64, True, "bf16_accumulation+cudagraphs"),
     ("tt", 64, True, "copied_accumulation+cudagraphs"),
     ("pit", 64, True, "cudagraphs"),
@@ -117,7 +121,7 @@ VARIANTS = (
     "bf16_residual",
     "chunk<rows>",
 )
-CHUNKS = (1024, 2048, 4096)  # rows per chunk of the loss that `head_chunks` measures (pit.core.loss.CHUNK_SIZE: 1024)
+CHUNKS = (1024, 2048, 4096)  # rows per chunk of the loss that `head_chunks` measures (the library's at 16384: 1024)
 STEP_VARIANTS = ("cudagraphs", "max_autotune", "compiled_update")
 DEV = torch.device("cuda")
 

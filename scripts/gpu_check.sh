@@ -208,8 +208,8 @@ def bench(name):
         r = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    rows = [{k: row.get(k) for k in ("model", "vocab", "batch", "arm", "tokens_per_s", "mfu", "mfu_vs_peak",
-                                     "time_ratio_to_tt")} for row in r["train"] + r["reference"]]
+    rows = [{k: row.get(k) for k in ("model", "vocab", "batch", "arm", "loss_chunk_rows", "tokens_per_s", "mfu",
+                                     "mfu_vs_peak", "time_ratio_to_tt")} for row in r["train"] + r["reference"]]
     return {"machine": r["machine"], "settings": {k: r["settings"].get(k) for k in ("size", "compile", "compile_mode", "batches", "loss_chunk_rows")},
             "acceptance": r["acceptance"], "steps": rows, "head_memory": r["head_memory"],
             "section_s": r.get("section_s")}
@@ -246,14 +246,17 @@ for name, b in summary["bench"].items():
            + f"; PIT/TT time there: {num(a['pit_over_tt_time_best_batch_v50257'])}", "",
            "wall time per section (models built, warm-ups and compiling included): "
            + ", ".join(f"{k} {v:.1f} s" for k, v in (b["section_s"] or {}).items() if v is not None), "",
-           "| model | V | batch | arm | tokens/s | MFU (GEMM) | MFU (peak) | time/TT |", "|---|---|---|---|---|---|---|---|"]
-    md += [f"| {r['model']} | {r['vocab']} | {r['batch']} | {r['arm']} | {r['tokens_per_s']:.0f} | {pct(r['mfu'])} | "
-           f"{pct(r['mfu_vs_peak'])} | {num(r['time_ratio_to_tt'])} |" for r in b["steps"]]
+           "| model | V | batch | arm | loss chunk (rows) | tokens/s | MFU (GEMM) | MFU (peak) | time/TT |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    md += [f"| {r['model']} | {r['vocab']} | {r['batch']} | {r['arm']} | {r['loss_chunk_rows']} | "
+           f"{r['tokens_per_s']:.0f} | {pct(r['mfu'])} | {pct(r['mfu_vs_peak'])} | {num(r['time_ratio_to_tt'])} |"
+           for r in b["steps"]]
     if b["head_memory"]:
         md += ["", "head + loss, forward and backward (naive = full logits; chunked = ours):", "",
-               "| interface | loss | peak MiB | x naive | ms | x naive | loss diff | grad rel. diff | table grad rel. diff |",
-               "|---|---|---|---|---|---|---|---|---|"]
-        md += [f"| {h['interface']} | {h['loss']} | {h['peak_mb']:.0f} | {num(h['ratio_to_naive'])} | "
+               "| interface | loss | tokens | chunk (rows) | peak MiB | x naive | ms | x naive | loss diff | grad rel. diff "
+               "| table grad rel. diff |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        md += [f"| {h['interface']} | {h['loss']} | {h['tokens']} | {h['loss_chunk_rows'] or '-'} | "
+               f"{h['peak_mb']:.0f} | {num(h['ratio_to_naive'])} | "
                f"{h['loss_s'] * 1e3:.1f} | {num(h['time_ratio_to_naive'])} | {h['loss_abs_diff_to_naive']:.1e} | "
                f"{h['grad_rel_diff_to_naive']:.1e} | {sci(h['table_grad_rel_diff_to_naive'])} |" for h in b["head_memory"]]
     md += ["", "acceptance: `" + json.dumps(a) + "`"]

@@ -30,6 +30,7 @@ STEP_KEYS = {
     "vocab",
     "arm",
     "tokens_per_step",
+    "loss_chunk_rows",
     "step_s",
     "tokens_per_s",
     "flop_per_token",
@@ -64,7 +65,7 @@ def test_json_schema_is_stable():
         "section_s",
         "acceptance",
     }
-    assert r["schema"] == "pit-bench/8"
+    assert r["schema"] == "pit-bench/9"
     assert set(r["section_s"]) == set(SECTIONS)  # each section's wall time: models built, warm-ups, timed rounds
     assert r["section_s"]["train"] > sum(row["step_s"] for row in r["train"])
     assert r["section_s"]["reference"] > sum(row["step_s"] for row in r["reference"])
@@ -96,7 +97,8 @@ def test_json_schema_is_stable():
     ]
     assert all(
         set(row)
-        == {"interface", "loss", "tokens", "vocab", "dim", "peak_mb", "ratio_to_naive", "loss_s", "time_ratio_to_naive"}
+        == {"interface", "loss", "tokens", "vocab", "dim", "loss_chunk_rows", "peak_mb", "ratio_to_naive", "loss_s"}
+        | {"time_ratio_to_naive"}
         | {"loss_abs_diff_to_naive", "grad_rel_diff_to_naive", "table_grad_rel_diff_to_naive"}
         for row in r["head_memory"]
     )
@@ -128,6 +130,8 @@ def test_json_schema_is_stable():
     }
     assert r["settings"]["compile"] is r["settings"]["compile_mode"] is None
     assert r["settings"]["loss_chunk_rows"] == 7
+    assert {row["loss_chunk_rows"] for row in r["train"] + r["reference"]} == {7}  # the chunk each step's loss used
+    assert [row["loss_chunk_rows"] for row in r["head_memory"]] == [None, 7, None, 7]
     assert r["settings"]["sections"] == list(SECTIONS)
     assert r["settings"]["arms"] == ["pit", "pit_trainable_z", "tt", "untied"] and r["settings"]["vocabs"] == []
     # progress on stderr as each timed group and section ends, so a run cut off by a time limit still says something
@@ -154,7 +158,10 @@ def test_bf16_run_reads_mfu_against_a_given_peak():
     assert run.returncode == 0, run.stderr[-2000:]
     r = json.loads(run.stdout)
     assert (r["machine"]["precision"], r["machine"]["bf16_peak_flop_per_s"]) == ("bf16", 0.5e12)
-    assert r["settings"]["loss_chunk_rows"] == CHUNK_SIZE  # the library's chunk where none is given
+    assert r["settings"]["loss_chunk_rows"] is None  # none given: the library's choice for each call's rows
+    # the rows of each loss's largest chunk: up to 16384 rows, chunks of CHUNK_SIZE (1024), so one chunk here
+    assert all(row["loss_chunk_rows"] == min(CHUNK_SIZE, row["tokens_per_step"]) for row in r["train"] + r["reference"])
+    assert [row["loss_chunk_rows"] for row in r["head_memory"]] == [None, 256, None, 256]
     assert r["gemm_peak"]["dtype"] == "bfloat16"
     for row in r["train"] + r["reference"]:
         assert row["mfu_vs_peak"] == pytest.approx(row["flop_per_s"] / 0.5e12)

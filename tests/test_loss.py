@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from pit.core.interfaces import InterfaceConfig, make_interface
-from pit.core.loss import linear_cross_entropy, naive_linear_cross_entropy
+from pit.core.loss import chunk_rows, linear_cross_entropy, naive_linear_cross_entropy
 from pit.errors import PitError
 from pit.models import build_model
 from pit.training.objective import NextTokenLoss
@@ -183,6 +183,30 @@ def test_second_backward_through_the_same_graph_fails_loudly():
     (2 * loss).backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+def test_large_inputs_take_at_most_sixteen_larger_chunks():
+    """With no chunk given, up to 16384 rows go in chunks of 1024; past that in at most 16 chunks, each a multiple of
+    1024 rows (65536 rows: 16 of 4096). The loss over 16385 rows then runs 9 chunks of 2048 (9 logits GEMMs, 8 full
+    and one of a single row) and equals the naive loss and gradients, with ignored rows; a given chunk is kept."""
+    sizes = (1, 1024, 16384, 16385, 32768, 65536, 131072)
+    assert [chunk_rows(n) for n in sizes] == [1024, 1024, 1024, 2048, 2048, 4096, 8192]
+    assert chunk_rows(65536, 1024) == 1024 and chunk_rows(10, 7) == 7
+    gen = torch.Generator().manual_seed(0)
+    g = torch.randn(16385, 8, generator=gen, requires_grad=True)
+    M = torch.randn(40, 8, generator=gen, requires_grad=True)
+    targets = torch.randint(0, 40, (16385,), generator=gen)
+    targets[::5] = -100
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        loss = linear_cross_entropy(g, M, targets)
+    # the forward GEMMs that write logits: (rows x 8) (8 x 40); the gradient GEMMs multiply by (40 x 8)
+    mms = [e.input_shapes for e in prof.events() if e.name == "aten::mm"]
+    logits_gemms = [shapes[0][0] for shapes in mms if shapes[1] == [8, 40]]
+    assert logits_gemms == [2048] * 8 + [1]
+    grads = torch.autograd.grad(loss, (g, M))
+    ref = naive_linear_cross_entropy(g, M, targets)
+    for a, b in zip((loss, *grads), (ref, *torch.autograd.grad(ref, (g, M)))):
+        assert rel(a, b) <= 1e-5
 
 
 def test_bad_chunk_size_is_named():

@@ -99,7 +99,8 @@ def register(sub) -> None:
         type=int,
         default=None,
         metavar="N",
-        help=f"rows of logits per chunk of the fused loss, as loss_chunk_rows in a spec (default {bench.CHUNK_SIZE})",
+        help="rows of logits per chunk of the fused loss, as loss_chunk_rows in a spec (default: 1024 up to 16384 rows "
+        "per step, past that 16 chunks)",
     )
     p.add_argument(
         "--sections",

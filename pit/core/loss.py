@@ -33,10 +33,22 @@ from torch.autograd.function import once_differentiable
 from pit.core.linalg import compute_dtype
 from pit.errors import PitError
 
-CHUNK_SIZE = 1024  # rows of logits per chunk: 1024 x 50257 FP32 = 206 MB (GEMM speed: benchmarks/RESULTS.md)
+CHUNK_SIZE = 1024  # rows of logits per chunk up to 16384 rows: 1024 x 50257 FP32 = 206 MB (benchmarks/RESULTS.md)
+MAX_CHUNKS = 16  # at most this many chunks where no chunk is given: larger inputs get larger chunks (`chunk_rows`)
 ROW_ALIGN = 16  # logits rows are stored with a stride padded to 16 elements (64 bytes): GEMMs writing rows of odd
 # length (V = 50257) are slower (benchmarks/RESULTS.md); the padding columns hold -inf, so softmax gives them 0
 TABLE_ALIGN = 64  # with `pad_table` (the default on CUDA) M is copied into V rounded up to 64 zero rows
+
+
+def chunk_rows(n: int, rows: int | None = None) -> int:
+    """Rows per chunk of the loss over n rows: `rows` where given; else CHUNK_SIZE x ceil(n / (MAX_CHUNKS x
+    CHUNK_SIZE)), the smallest multiple of CHUNK_SIZE that covers n in at most MAX_CHUNKS chunks. Up to 16384 rows
+    that is CHUNK_SIZE; 65536 rows (64 windows of 1024) take 16 chunks of 4096. So the loss holds about 1/16 of the
+    logits at once at any size past 16384 rows, and its graph under torch.compile, where every chunk is unrolled,
+    stops growing with the batch (compile time and the GPU's speed per chunk: benchmarks/RESULTS.md)."""
+    if rows is not None:
+        return rows
+    return CHUNK_SIZE * max(1, -(-n // (MAX_CHUNKS * CHUNK_SIZE)))
 
 
 def _gemm_table(M: torch.Tensor, dtype: torch.dtype, pad: bool) -> torch.Tensor:
@@ -207,7 +219,7 @@ def linear_cross_entropy(
     M: torch.Tensor,
     targets: torch.Tensor,
     ignore_index: int = -100,
-    chunk_size: int = CHUNK_SIZE,
+    chunk_size: int | None = None,
     pad_table: bool | None = None,
 ) -> torch.Tensor:
     """mean_i CE(g_i M^T, y_i) over rows with y_i != ignore_index, equal to `naive_linear_cross_entropy` in value
@@ -216,12 +228,14 @@ def linear_cross_entropy(
     `pad_table` (default: on CUDA, and under torch.compile, whose Dynamo refuses a non-contiguous `out=`) copies M,
     cast to the compute dtype, into a buffer of V rounded up to 64 rows (zeros past V), so that every GEMM reads and
     writes contiguous, aligned memory; otherwise (CPU eager) M is used as it is and the logits GEMM writes a view of a
-    buffer whose rows are padded to 16."""
-    if chunk_size < 1:
-        raise PitError(f"chunk_size {chunk_size}; expected an integer >= 1")
-    g = g.to(compute_dtype(g))
+    buffer whose rows are padded to 16. `chunk_size`: rows of logits per chunk (None: `chunk_rows`'s choice for the
+    number of rows)."""
+    if chunk_size is not None and chunk_size < 1:
+        raise PitError(f"chunk_size {chunk_size}; expected an integer >= 1 or None (rows of logits per chunk)")
+    g = g.to(compute_dtype(g)).reshape(-1, g.shape[-1])
     pad = (g.is_cuda or torch.compiler.is_compiling()) if pad_table is None else pad_table
-    return _LinearCrossEntropy.apply(g.reshape(-1, g.shape[-1]), M, targets.reshape(-1), ignore_index, chunk_size, pad)
+    rows = chunk_rows(g.shape[0], chunk_size)
+    return _LinearCrossEntropy.apply(g, M, targets.reshape(-1), ignore_index, rows, pad)
 
 
 def naive_linear_cross_entropy(

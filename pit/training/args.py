@@ -333,8 +333,9 @@ class PretrainArgs(RunArgs):
     (no wait for kernel launches; on CPU they compile as default): only where a step is one micro-batch on one
     process, since a replay overwrites the last one's gradients before accumulation could read them."""
     loss_chunk_rows: int | None = arg(None, ge=1)
-    """Rows of logits per chunk of the fused loss (pit/core/loss.py; None: its CHUNK_SIZE, 1024): the loss holds
-    about rows x V x 2-8 bytes at once. Larger chunks mean fewer, larger GEMMs and fewer passes over the table's
+    """Rows of logits per chunk of the fused loss (pit/core/loss.py). None: 1024 up to 16384 rows per micro-batch,
+    past that the micro-batch in 16 chunks (`chunk_rows`: 4096 rows at 64 windows of 1024). The loss holds about
+    rows x V x 2-8 bytes at once. Larger chunks mean fewer, larger GEMMs and fewer passes over the table's
     gradient; results differ only at round-off (the order of the sums), so it is outside the fingerprint."""
     log_every: int = arg(1, ge=1)
     """Steps between MLflow metric uploads (metrics.jsonl gets every step)."""

@@ -18,7 +18,8 @@ Sections (docs/performance.md has the method and the JSON keys):
   or the backend named), one static graph per shape, as `compile: true` in a training spec; the optimizer step
   stays eager. `--compile-mode`: torch.compile's mode, as `compile_mode` (reduce-overhead, max-autotune: CUDA
   graphs). `--loss-chunk-rows`: rows of logits per chunk of the fused loss, as `loss_chunk_rows` (here and in
-  `reference` and `head_memory`; default pit.core.loss.CHUNK_SIZE).
+  `reference` and `head_memory`; default: pit.core.loss.chunk_rows's choice for each batch's rows, which every
+  row records as `loss_chunk_rows`).
 * `reference`: transformers' `GPT2LMHeadModel` (tied, its default attention, loss from `labels`) against
   our `PitGPT2LMHeadModel` with TT and with PIT, converted from it, at one GPT-2 configuration (size `gpu`:
   Cerebras-GPT-256M's shape) and with the same optimizer.
@@ -55,7 +56,7 @@ import torch
 
 from pit.core.interfaces import InterfaceConfig, PITTying, TransposeTying
 from pit.core.linalg import compute_dtype
-from pit.core.loss import CHUNK_SIZE, linear_cross_entropy, naive_linear_cross_entropy
+from pit.core.loss import chunk_rows, linear_cross_entropy, naive_linear_cross_entropy
 from pit.errors import PitError
 from pit.models import build_model, convert_teacher, gpt2_config
 from pit.models.access import head_table, interface_of
@@ -65,7 +66,7 @@ from pit.training.objective import NextTokenLoss, check_compile, compile_loss, n
 from pit.training.optim import optimizer_update, param_groups
 from pit.training.runtime import resolve_device
 
-SCHEMA = "pit-bench/8"
+SCHEMA = "pit-bench/9"
 log = logging.getLogger("pit.bench")  # a line per timed group and section, as they end (`pit bench` prints INFO)
 # Dense BF16 tensor-core peaks (FLOP/s, without sparsity) from NVIDIA's datasheets, matched in this order against
 # torch.cuda.get_device_name(); another GPU gets MFU against its measured GEMM only, unless --peak-tflops is given.
@@ -99,6 +100,7 @@ class Size:
     memory: tuple[int, int, int]  # head + loss: tokens, vocabulary, d
     generate: tuple[int, int, int]  # batch, prompt length, new tokens
     batches: tuple[int, ...] = ()  # the batch sweep of the 133M groups (windows per step); () = (batch,)
+    memory_tokens: tuple[int, ...] = ()  # head + loss also at these token counts (a step's, where the chunk grows)
 
     def sweep(self) -> tuple[int, ...]:
         return self.batches or (self.batch,)
@@ -143,6 +145,7 @@ SIZES = {
         memory=(16384, 50257, 768),
         generate=(8, 128, 128),
         batches=(8, 16, 32),
+        memory_tokens=(65536,),  # the compiled step's 64 windows (scripts/gpu_check.sh): the loss in 16 chunks of 4096
     ),
 }  # layers in `train`: None = the model's own depth, 0 = --layers
 
@@ -189,7 +192,7 @@ class Bench:
     peak: float | None
     compile: str | None = None  # a torch.compile backend (inductor), or None: eager
     compile_mode: str = "default"  # torch.compile's mode (pit.training.args.COMPILE_MODES)
-    chunk_rows: int = CHUNK_SIZE  # rows of logits per chunk of the fused loss (`loss_chunk_rows` of pit train)
+    chunk_rows: int | None = None  # rows of logits per chunk of the fused loss (`loss_chunk_rows` of pit train)
 
     def loss(self, fn):
         """`fn` as the step calls it: compiled (static shapes: a new batch shape compiles anew) or as it is."""
@@ -294,6 +297,7 @@ def step_rows(
                 "vocab": cfg.vocab_size,
                 "arm": arm,
                 "tokens_per_step": tokens,
+                "loss_chunk_rows": min(chunk_rows(tokens, bench.chunk_rows), tokens),  # rows of its largest chunk
                 "step_s": seconds[arm],
                 "tokens_per_s": tokens / seconds[arm],
                 "flop_per_token": flops,
@@ -434,12 +438,12 @@ def head_loss_probe(
     dim: int,
     device: str = "cpu",
     bf16: bool = False,
-    chunk_rows: int = CHUNK_SIZE,
+    chunk_rows: int | None = None,
 ) -> tuple[float | None, float, float, np.ndarray, np.ndarray | None]:
     """(MiB the memory grows by over head + loss forward and backward, seconds of one such call: best of 3
     after the measured one, the loss, the gradients of the hidden states and of the V x d table as NumPy arrays; the
     table's is None where it is frozen: PIT's Z). On CPU it runs in a fresh process (the resident set keeps freed
-    memory). `chunk_rows`: rows per chunk of ours ("chunked")."""
+    memory). `chunk_rows`: rows per chunk of ours ("chunked"; None: the library's choice for `tokens`)."""
     target = Target(torch.device(device), bf16)
     torch.manual_seed(0)
     iface = (PITTying if kind == "pit" else TransposeTying).from_scratch(vocab, dim).to(target.device)
@@ -476,39 +480,48 @@ def _rel_diff(a: np.ndarray, b: np.ndarray) -> float:
 def memory_section(size: Size, bench: Bench) -> list[dict]:
     """Head + loss, forward and backward, of every implementation of `head_losses` against the naive one: peak
     memory, time, and how far the loss and the gradients of the hidden states and of a trained table (TT's E) are
-    from the naive one's (same precision)."""
-    tokens, vocab, dim = size.memory
+    from the naive one's (same precision); at the size's token count and at each of its `memory_tokens`."""
+    _, vocab, dim = size.memory
     target, rows = bench.target, []
-    args = (tokens, vocab, dim, str(target.device), target.bf16, bench.chunk_rows)
     context = get_context("forkserver")  # a fresh process per probe, forked from a server that imported this module
     context.set_forkserver_preload([__name__])
     with ProcessPoolExecutor(max_workers=1, mp_context=context, max_tasks_per_child=1) as pool:
-        for kind in ("pit", "tt"):
-            probe = {
-                loss: head_loss_probe(kind, loss, *args)
-                if target.device.type == "cuda"
-                else pool.submit(head_loss_probe, kind, loss, *args).result()
-                for loss in head_losses(target.device)
-            }
-            (naive_mb, naive_s, naive_loss, naive_grad, naive_table) = probe["naive"]
-            for loss, (mb, seconds, value, grad, table) in probe.items():
-                rows.append(
-                    {
-                        "interface": kind,
-                        "loss": loss,
-                        "tokens": tokens,
-                        "vocab": vocab,
-                        "dim": dim,
-                        "peak_mb": mb,
-                        "ratio_to_naive": mb / naive_mb if mb is not None and naive_mb else None,
-                        "loss_s": seconds,
-                        "time_ratio_to_naive": seconds / naive_s,
-                        "loss_abs_diff_to_naive": abs(value - naive_loss),
-                        "grad_rel_diff_to_naive": _rel_diff(grad, naive_grad),
-                        "table_grad_rel_diff_to_naive": None if table is None else _rel_diff(table, naive_table),
-                    }
-                )
+        for tokens in (size.memory[0], *size.memory_tokens):
+            args = (tokens, vocab, dim, str(target.device), target.bf16, bench.chunk_rows)
+            for kind in ("pit", "tt"):
+                probe = {
+                    loss: head_loss_probe(kind, loss, *args)
+                    if target.device.type == "cuda"
+                    else pool.submit(head_loss_probe, kind, loss, *args).result()
+                    for loss in head_losses(target.device)
+                }
+                rows += memory_rows(kind, args, probe)
     return rows
+
+
+def memory_rows(kind: str, args: tuple, probe: dict) -> list[dict]:
+    """One row per loss of `probe` {loss: head_loss_probe's result} for interface `kind` at `args` (tokens,
+    vocabulary, d, device, bf16, chunk rows), each against the naive loss's."""
+    tokens, vocab, dim, _, _, rows_per_chunk = args
+    (naive_mb, naive_s, naive_loss, naive_grad, naive_table) = probe["naive"]
+    return [
+        {
+            "interface": kind,
+            "loss": loss,
+            "tokens": tokens,
+            "vocab": vocab,
+            "dim": dim,
+            "loss_chunk_rows": min(chunk_rows(tokens, rows_per_chunk), tokens) if loss == "chunked" else None,
+            "peak_mb": mb,
+            "ratio_to_naive": mb / naive_mb if mb is not None and naive_mb else None,
+            "loss_s": seconds,
+            "time_ratio_to_naive": seconds / naive_s,
+            "loss_abs_diff_to_naive": abs(value - naive_loss),
+            "grad_rel_diff_to_naive": _rel_diff(grad, naive_grad),
+            "table_grad_rel_diff_to_naive": None if table is None else _rel_diff(table, naive_table),
+        }
+        for loss, (mb, seconds, value, grad, table) in probe.items()
+    ]
 
 
 # ---- generation --------------------------------------------------------------------------------
@@ -657,16 +670,17 @@ def run_bench(
     gives an empty list. `precision` None = bf16 on CUDA, fp32 on CPU; `batches` () = the size's sweep; `arms`: the
     training arms timed in `train` (the reference keeps its three); `vocabs`: the `train` groups' vocabularies
     (() = every group of the size); `compile_mode`: torch.compile's mode, with `compile` only; `loss_chunk_rows`: rows
-    of logits per chunk of our loss in `train`, `reference` and `head_memory` (None: pit.core.loss.CHUNK_SIZE)."""
+    of logits per chunk of our loss in `train`, `reference` and `head_memory` (None: pit.core.loss.chunk_rows's choice
+    for each call's rows)."""
     _check_settings(size, rounds, repeats, layers, precision, peak_tflops, batches, sections, arms, vocabs)
     if compile_mode != "default" and not compile:
         raise PitError(f"bench compile mode {compile_mode!r} without compile; expected a backend (inductor) with it")
     check_compile(compile_mode, compile or "inductor")  # the mode, and a backend that takes it
-    chunk_rows = CHUNK_SIZE if loss_chunk_rows is None else loss_chunk_rows
-    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
-        raise PitError(f"bench loss_chunk_rows {chunk_rows!r}; expected an integer >= 1 (rows of logits per chunk)")
+    rows = loss_chunk_rows
+    if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
+        raise PitError(f"bench loss_chunk_rows {rows!r}; expected an integer >= 1 (rows of logits per chunk) or None")
     target = Target(resolve_device(device), precision == "bf16" or (precision is None and device.startswith("cuda")))
-    bench, s = Bench(target, bf16_peak(target, peak_tflops), compile, compile_mode, chunk_rows), SIZES[size]
+    bench, s = Bench(target, bf16_peak(target, peak_tflops), compile, compile_mode, rows), SIZES[size]
     batches, seconds = tuple(batches) or s.sweep(), {}
     with torch._dynamo.config.patch(recompile_limit=64):  # one compiled graph per arm and shape, one code object
         train = timed_section(
@@ -688,7 +702,7 @@ def run_bench(
         },
         "settings": {"size": size, "rounds": rounds, "repeats": repeats, "layers": layers, **asdict(s)}
         | {"compile": compile, "compile_mode": compile_mode if compile else None, "batches": list(batches)}
-        | {"loss_chunk_rows": chunk_rows}
+        | {"loss_chunk_rows": rows}
         | {"sections": list(sections), "arms": list(arms)}
         | {"vocabs": list(vocabs)},
         "gemm_peak": {
@@ -707,10 +721,10 @@ def run_bench(
 
 
 def compiled_text(settings: dict) -> str:
-    """', loss compiled' (with its mode unless the default) and the loss's chunk unless the default, for the text
-    report's step heading; '' when eager with the default chunk."""
+    """', loss compiled' (with its mode unless the default) and the loss's chunk where one was given, for the text
+    report's step heading; '' when eager with the library's chunks."""
     rows = settings["loss_chunk_rows"]
-    chunk = f", loss in chunks of {rows} rows" if rows != CHUNK_SIZE else ""
+    chunk = f", loss in chunks of {rows} rows" if rows is not None else ""
     if not settings["compile"]:
         return chunk
     mode = settings["compile_mode"]
@@ -740,6 +754,7 @@ def to_text(r: dict) -> str:
         lines.append(
             f"  {row['interface']:4s} {row['loss']:8s} {row['tokens']} tokens, V={row['vocab']}: {mb}"
             f"  {row['loss_s'] * 1e3:8.1f} ms"
+            + (f"  ({row['loss_chunk_rows']} rows per chunk)" if row["loss_chunk_rows"] else "")
         )
     lines.append("\ngeneration (greedy, KV cache):")
     for row in r["generate"]:

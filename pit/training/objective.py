@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from pit.core.loss import CHUNK_SIZE, linear_cross_entropy
+from pit.core.loss import linear_cross_entropy
 from pit.errors import PitError
 from pit.models.access import head_input, logit_softcap
 from pit.training.args import COMPILE_MODES, CUDA_GRAPH_MODES
@@ -14,12 +14,12 @@ from pit.training.args import COMPILE_MODES, CUDA_GRAPH_MODES
 class NextTokenLoss(torch.nn.Module):
     """The module that torch.compile and DDP wrap: loss(inputs, targets) of `model`, without (tokens x V) logits.
     Targets equal to -100 are ignored (LoRA masks prompt and padding positions); `chunk_rows`: rows of logits per
-    chunk of the loss (None: CHUNK_SIZE)."""
+    chunk of the loss (None: pit.core.loss.chunk_rows's choice for the batch's rows)."""
 
     def __init__(self, model, chunk_rows: int | None = None):
         super().__init__()
         self.model = model
-        self.chunk_rows = CHUNK_SIZE if chunk_rows is None else chunk_rows
+        self.chunk_rows = chunk_rows
 
     def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         if logit_softcap(self.model) is not None:  # c tanh(g M^T / c) (Gemma 2/3) does not factor: the model's logits
