@@ -127,6 +127,25 @@ def test_loss_chunk_rows_change_only_round_off(tiny_data, tmp_path):
     assert isinstance(again, FinishedRun) and rows(default) == a
 
 
+def test_resume_on_another_thread_count_warns_that_the_run_changes(tiny_data, tmp_path, caplog):
+    """`threads` is outside the fingerprint, so a run stopped on 1 thread resumes on 2; a warning names both counts,
+    since the sums of each step split over threads differently from there. Resumed on the same count: no warning."""
+    s = spec(tiny_data, max_steps=4, checkpoint_every=2, stop_after_steps=2, threads=1)
+    for run_dir in (tmp_path / "other", tmp_path / "same"):
+        assert train(PretrainArgs.from_dict(s), run_dir) == {}  # stopped after step 2, its checkpoint kept
+    caplog.set_level("WARNING", logger="pit.training.run_folder")
+    train(PretrainArgs.from_dict(s | {"stop_after_steps": None, "threads": 2}), tmp_path / "other")
+    warned = [r.getMessage() for r in caplog.records if "CPU threads" in r.getMessage()]
+    assert warned == [
+        "resuming on 2 CPU threads from a checkpoint written on 1: from here the steps differ at round-off from a run "
+        "that kept 1 (`threads: 1` resumes it exactly)"
+    ]
+    assert [r["step"] for r in rows(tmp_path / "other")] == [1, 2, 3, 4]
+    caplog.clear()
+    train(PretrainArgs.from_dict(s | {"stop_after_steps": None}), tmp_path / "same")
+    assert not [r for r in caplog.records if "CPU threads" in r.getMessage()]
+
+
 def test_ddp_two_processes_match_single_process(tiny_data, tmp_path):
     s = spec(tiny_data, max_steps=5, global_batch_tokens=512, micro_batch_size=4, threads=1)
     single = tmp_path / "single"

@@ -300,7 +300,7 @@ def setup(args: LoraArgs, folder: RunFolder, base_sha: str) -> LoraRun:
         from safetensors.torch import load_file
 
         load_trainable_state(model, load_file(ckpt / "trainable.safetensors"), str(ckpt))
-        RunFolder.restore(saved, optimizer, scheduler)
+        RunFolder.restore(saved, optimizer, scheduler, device)
         start_step = saved["step"]
         state.update({k: saved[k] for k in state if k in saved})
     run_name = args.run_name or folder.name

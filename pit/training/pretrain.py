@@ -183,7 +183,7 @@ def setup(args: PretrainArgs, folder: RunFolder, device: torch.device, d: Dist) 
     ckpt, saved = folder.resume_point(STALE_OUTPUTS)
     if ckpt is not None:
         load_model_weights(ckpt / "model", model)
-        RunFolder.restore(saved, optimizer, scheduler)
+        RunFolder.restore(saved, optimizer, scheduler, device)
         start_step = saved["step"]
         state.update({k: saved[k] for k in state if k in saved})
     logged = {"metrics.jsonl": METRIC_KEYS, "summary.json": FINAL_KEYS}  # what `pit mlflow sync` replays

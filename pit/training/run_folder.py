@@ -186,7 +186,8 @@ class RunFolder:
         self, step: int, write_model: Callable[[Path], None], optimizer, scheduler, state: dict, keep: int
     ) -> None:
         """checkpoints/step-NNNNNN/ (atomically): what `write_model(folder)` writes, plus the optimizer, the
-        schedule, the RNG states and `state`; only the newest `keep` checkpoints stay."""
+        schedule, the RNG states, the CPU thread count (`restore` compares it) and `state`; only the newest `keep`
+        checkpoints stay."""
         with atomic_path(self.path / "checkpoints" / f"step-{step:06d}") as tmp:
             tmp.mkdir()
             write_model(tmp)
@@ -197,6 +198,7 @@ class RunFolder:
                     "scheduler": scheduler.state_dict(),
                     "rng_cpu": torch.get_rng_state(),
                     "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                    "cpu_threads": torch.get_num_threads(),
                     **state,
                 },
                 tmp / TRAINER_STATE,
@@ -207,13 +209,23 @@ class RunFolder:
             shutil.rmtree(old, ignore_errors=True)
 
     @staticmethod
-    def restore(state: dict, optimizer, scheduler) -> dict:
-        """Load the optimizer, the schedule and the RNG states of a checkpoint's trainer state; return it."""
+    def restore(state: dict, optimizer, scheduler, device: torch.device) -> dict:
+        """Load the optimizer, the schedule and the RNG states of a checkpoint's trainer state; return it. On CPU,
+        a warning where the checkpoint was written on another number of threads: torch splits its sums and GEMMs
+        over the threads, so the run goes on at round-off from one that kept its count (`threads` is outside the
+        fingerprint, so the resume itself is allowed)."""
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng_cpu"])
         if state["rng_cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["rng_cuda"])
+        saved, now = state.get("cpu_threads"), torch.get_num_threads()  # None: a checkpoint from before it was kept
+        if device.type == "cpu" and saved is not None and saved != now:
+            log.warning(
+                "resuming on %d CPU threads from a checkpoint written on %d: from here the steps differ at round-off "
+                "from a run that kept %d (`threads: %d` resumes it exactly)",
+                *(now, saved, saved, saved),
+            )
         return state
 
     def write_run_json(self, record: dict) -> None:
