@@ -297,7 +297,7 @@ def step_rows(
                 "vocab": cfg.vocab_size,
                 "arm": arm,
                 "tokens_per_step": tokens,
-                "loss_chunk_rows": min(chunk_rows(tokens, bench.chunk_rows), tokens),  # rows of its largest chunk
+                "loss_chunk_rows": chunk_of(group[arm][1], tokens, bench),
                 "step_s": seconds[arm],
                 "tokens_per_s": tokens / seconds[arm],
                 "flop_per_token": flops,
@@ -310,6 +310,12 @@ def step_rows(
         if tt is not None:
             rows[-1]["time_ratio_to_tt"] = seconds[arm] / seconds[tt]
     return rows
+
+
+def chunk_of(loss, tokens: int, bench: Bench) -> int | None:
+    """The rows of the largest chunk of `loss` over `tokens` rows: ours (`NextTokenLoss`), else None (transformers'
+    own loss, the reference's `hf_gpt2`)."""
+    return min(chunk_rows(tokens, bench.chunk_rows), tokens) if isinstance(loss, NextTokenLoss) else None
 
 
 def train_section(
