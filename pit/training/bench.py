@@ -312,10 +312,15 @@ def step_rows(
     return rows
 
 
+def largest_chunk(tokens: int, rows: int | None) -> int:
+    """The rows of the largest chunk of our loss over `tokens` rows with `rows` per chunk (None: the library's)."""
+    return min(chunk_rows(tokens, rows), tokens)
+
+
 def chunk_of(loss, tokens: int, bench: Bench) -> int | None:
-    """The rows of the largest chunk of `loss` over `tokens` rows: ours (`NextTokenLoss`), else None (transformers'
-    own loss, the reference's `hf_gpt2`)."""
-    return min(chunk_rows(tokens, bench.chunk_rows), tokens) if isinstance(loss, NextTokenLoss) else None
+    """`largest_chunk` of `loss` where it is ours (`NextTokenLoss`), else None (transformers' own loss, the
+    reference's `hf_gpt2`)."""
+    return largest_chunk(tokens, bench.chunk_rows) if isinstance(loss, NextTokenLoss) else None
 
 
 def train_section(
@@ -517,7 +522,7 @@ def memory_rows(kind: str, args: tuple, probe: dict) -> list[dict]:
             "tokens": tokens,
             "vocab": vocab,
             "dim": dim,
-            "loss_chunk_rows": min(chunk_rows(tokens, rows_per_chunk), tokens) if loss == "chunked" else None,
+            "loss_chunk_rows": largest_chunk(tokens, rows_per_chunk) if loss == "chunked" else None,
             "peak_mb": mb,
             "ratio_to_naive": mb / naive_mb if mb is not None and naive_mb else None,
             "loss_s": seconds,

@@ -222,9 +222,9 @@ class RunFolder:
         saved, now = state.get("cpu_threads"), torch.get_num_threads()  # None: a checkpoint from before it was kept
         if device.type == "cpu" and saved is not None and saved != now:
             log.warning(
-                "resuming on %d CPU threads from a checkpoint written on %d: from here the steps differ at round-off "
-                "from a run that kept %d (`threads: %d` resumes it exactly)",
-                *(now, saved, saved, saved),
+                "resuming on %(now)d CPU threads from a checkpoint written on %(saved)d: from here the steps differ at "
+                "round-off from a run that kept %(saved)d (`threads: %(saved)d` resumes it exactly)",
+                {"now": now, "saved": saved},
             )
         return state
 
