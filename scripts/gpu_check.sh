@@ -248,7 +248,7 @@ for name, b in summary["bench"].items():
            + ", ".join(f"{k} {v:.1f} s" for k, v in (b["section_s"] or {}).items() if v is not None), "",
            "| model | V | batch | arm | loss chunk (rows) | tokens/s | MFU (GEMM) | MFU (peak) | time/TT |",
            "|---|---|---|---|---|---|---|---|---|"]
-    md += [f"| {r['model']} | {r['vocab']} | {r['batch']} | {r['arm']} | {r['loss_chunk_rows']} | "
+    md += [f"| {r['model']} | {r['vocab']} | {r['batch']} | {r['arm']} | {r['loss_chunk_rows'] or '-'} | "
            f"{r['tokens_per_s']:.0f} | {pct(r['mfu'])} | {pct(r['mfu_vs_peak'])} | {num(r['time_ratio_to_tt'])} |"
            for r in b["steps"]]
     if b["head_memory"]:
