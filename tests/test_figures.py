@@ -77,16 +77,15 @@ def test_claims_figure_draws_one_panel_per_claim_and_mode_and_names_all_zero_cla
     for slot, base in (("1.3b", 4.0), ("256m", 5.0)):
         for arm, extra in (("tt", 0.0), ("pit", 5.0), ("untied", 0.1)):
             values[("teacher", slot, arm, "val_loss")] = base + extra
-            values[("scratch", "303m", arm, "spikes")] = 0.0
+            values[("teacher", slot, arm, "early_rise_excess")] = 0.0
     seeds = _seeds_table(values)
     index, table = Index(seeds), claims_from_seeds(seeds)
     panels, zero = claim_panels("training", table, index)
     assert [(c.id, mode, [cell[0] for cell in cells]) for c, mode, cells in panels] == [
         ("teacher_val_loss", "teacher", ["256m", "1.3b"])
     ]
-    assert claim_ylabel(panels[0][0]) == "val loss (nats/token)" and zero == []
-    panels, zero = claim_panels("stability", table, index)
-    assert panels == [] and zero == ["Fewer loss spikes, per learning rate (scratch mode)"]
+    assert claim_ylabel(panels[0][0]) == "val loss (nats/token)"
+    assert zero == ["Teacher mode: PIT more stable early (Fig. 4)"]
     out = tmp_path / "claims_training.png"
     claims_group_figure("training", *claim_panels("training", table, index), out, "test", seeded=False)
     assert Image.open(out).size[0] > 300

@@ -30,7 +30,7 @@ CONFIGURED = [
 
 def sequences(max_steps, warmup, lr, min_lr):
     """Per step, the lr of our scheduler and of transformers' on the same optimizer settings."""
-    args = SimpleNamespace(max_steps=max_steps, warmup_steps=warmup, lr=lr, min_lr=min_lr)
+    args = SimpleNamespace(max_steps=max_steps, warmup_steps=warmup, lr=lr, min_lr=min_lr, decay_steps=None)
     ours, theirs = [], []
     for make, out in [
         (lambda o: warmup_cosine(o, args), ours),
@@ -54,3 +54,15 @@ def test_transformers_schedule_differs_from_ours_only_in_the_warmup(max_steps, w
     assert theirs[:warmup] == pytest.approx([lr * s / warmup for s in range(warmup)], abs=1e-12)
     gap = max(abs(a - b) for a, b in zip(ours, theirs))
     assert gap == pytest.approx(lr / warmup if warmup else 0.0, abs=1e-12)  # > 1e-7 wherever there is a warmup
+
+
+def test_decay_steps_end_the_cosine_early_and_hold_min_lr_to_the_end():
+    """decay_steps D: the same warmup and cosine as a run of D steps, then min_lr exactly for the rest (the constant
+    tail of the study's teacher mode)."""
+    lr, min_lr, warmup, decay, total = 1e-3, 3e-4, 20, 400, 600
+    tail = SimpleNamespace(max_steps=total, warmup_steps=warmup, lr=lr, min_lr=min_lr, decay_steps=decay)
+    short = SimpleNamespace(max_steps=decay, warmup_steps=warmup, lr=lr, min_lr=min_lr, decay_steps=None)
+    f, g = lr_lambda(tail), lr_lambda(short)
+    assert [f(s) for s in range(decay)] == pytest.approx([g(s) for s in range(decay)], abs=1e-15)
+    assert [lr * f(s) for s in range(decay, total)] == pytest.approx([min_lr] * (total - decay), abs=1e-15)
+    assert lr * f(decay // 2) > min_lr * 1.5  # still decaying halfway

@@ -221,14 +221,24 @@ def test_arm_order_kind_and_runs_of_a_profile():
     p = Profile(config)
     assert p.problems() == []
     runs = p.pretrain_runs()
-    assert len(runs) == len(set(runs)) == 81 and all(run[3] in p.seeds for run in runs)
+    # teacher: pit, tt, tt-matched x 8 + four secondary arms x 3; scratch 303m: pit, tt x 8 + three secondary x 3;
+    # the sweep: six rates x (pit, tt x 7 + pit-lrt x 3), its `arms` leaving out untied and pit-z
+    assert len(runs) == len(set(runs)) == 36 + 25 + 6 * 17 and all(run[3] in p.seeds for run in runs)
+    assert {r[2] for r in runs if r[1] == "303m-lr1"} == {"pit", "tt", "pit-lrt"}
+    assert p.arm_interface("teacher", "tt-matched")["tt_init"] == "polar"
     post = p.posttrain_runs()
     assert {run[2] for run in post} == set(p.post_arms) and not any(p.sweep_of(run) for run in post)
     config["pretrain"]["scratch_arms"]["tt-bad"] = {"t_init": "head"}
-    assert Profile(config).problems()[0] == (
-        ["pretrain", "scratch_arms", "tt-bad"],
-        "['t_init']: interface settings are for PIT arms (pit-*); a tt arm takes only ['train', 'seeds']",
-    )
+    config["pretrain"]["scratch_slots"]["303m-lr1"]["arms"] = ["pit", "nope"]
+    config["claims"]["matched_control"] = "pit-head"
+    assert Profile(config).problems() == [
+        (["pretrain", "scratch_arms", "tt-bad"],
+         "['t_init']: interface settings are for PIT arms, tt_init for TT arms; a tt arm takes ['train', 'seeds', "
+         "'tt_init']"),
+        (["claims", "matched_control"], "'pit-head': expected a TT arm of teacher mode"),
+        (["pretrain", "scratch_slots", "303m-lr1", "arms"], "['nope']: not an arm of scratch mode "
+         "(['pit', 'pit-z', 'pit-lrt', 'tt', 'tt-bad', 'untied'])"),
+    ]  # fmt: skip
 
 
 # --- Job logs -----------------------------------------------------------------------------------------------

@@ -54,11 +54,12 @@ def arms(config: dict) -> dict[str, list[str]]:
 
 
 def runs(config: dict) -> list[tuple[str, str, str, int]]:
-    """(mode, slot, arm, seed) of every pretraining run: an arm's seeds, else its slot's, else the profile's."""
+    """(mode, slot, arm, seed) of every pretraining run: the slot's `arms` (default all), each with its seeds, else
+    its slot's, else the profile's."""
     p, out = config["pretrain"], []
     for mode, per_mode in arms(config).items():
         for slot, entry in p[f"{mode}_slots"].items():
-            for arm in per_mode:
+            for arm in [a for a in per_mode if a in entry.get("arms", per_mode)]:
                 seeds = p.get(f"{mode}_arms", {}).get(arm, {}).get("seeds", entry.get("seeds", config["seeds"]))
                 out += [(mode, slot, arm, k) for k in seeds]
     return out
@@ -66,14 +67,20 @@ def runs(config: dict) -> list[tuple[str, str, str, int]]:
 
 def test_study_runs_every_arm_and_mode_once_per_seed(study, dry_run):
     per_mode, every = arms(study), runs(study)
-    assert len(study["seeds"]) >= 5 and {"pit", "pit-head", "pit-alg1", "pit-lr10", "tt", "tt-norewarm", "untied"} <= (
-        set(per_mode["teacher"])
+    teacher = {"pit", "tt", "tt-matched", "pit-head", "pit-alg1", "tt-norewarm", "untied"}
+    assert teacher <= set(per_mode["teacher"]) and {"pit", "pit-z", "pit-lrt", "tt", "untied"} <= set(
+        per_mode["scratch"]
     )
-    assert {"pit", "pit-z", "tt", "untied"} <= set(per_mode["scratch"])
     assert all(len({k for m, s, a, k in every if (m, s, a) == run[:3]}) >= 3 for run in every)  # >= 3 seeds each
     sweep = {s for s, e in study["pretrain"]["scratch_slots"].items() if e.get("sweep_of")}
+    seeds = {run[:3]: len({k for m, s, a, k in every if (m, s, a) == run[:3]}) for run in every}
+    primary = [(m, s, a) for (m, s, a) in seeds if a in ("pit", "tt", "tt-matched")]
+    assert all(seeds[r] >= (7 if r[1] in sweep else 8) for r in primary)  # the power of the primary tests
+    assert study["claims"]["matched_control"] == "tt-matched" and study["claims"]["primary"] == {
+        "teacher": "pit", "scratch": "pit"}  # fmt: skip
     lrs = [study["pretrain"]["train"]["lr"], *(study["pretrain"]["scratch_slots"][s]["train"]["lr"] for s in sweep)]
-    assert len(lrs) >= 4 and max(lrs) / min(lrs) >= 10  # the stability sweep: >= 4 rates spanning >= 10x
+    assert len(lrs) >= 7 and max(lrs) / min(lrs) >= 100  # the stability sweep, three rates inside (3e-2, 3e-1)
+    assert len([lr for lr in lrs if 3e-2 < lr < 3e-1]) >= 3
     diagnosed = [r for r in every if r[1] not in sweep]
     post = [r for r in diagnosed if r[2] in study["posttrain"]["interfaces"]]
     counts = job_counts(dry_run)
@@ -102,7 +109,9 @@ def test_a_seed_sets_the_runs_seed_name_data_and_settings(study, dry_run):
                                                              "trainable_z": True}  # fmt: skip
     assert by_name["teacher-256m-pit-head-s2"]["interface"]["t_init"] == "power"
     assert by_name["teacher-256m-pit-alg1-s0"]["interface"]["t_init"] == "inverse_h"
-    assert by_name["teacher-256m-pit-lr10-s0"]["transform_lr_scale"] == 10
+    assert by_name["scratch-303m-lr2e-1-pit-lrt-s0"]["transform_lr_scale"] == 0.1
+    assert by_name["teacher-256m-tt-matched-s7"]["interface"]["tt_init"] == "polar"
+    assert by_name["teacher-256m-pit-s0"]["decay_steps"] < by_name["teacher-256m-pit-s0"]["max_steps"]
     control = by_name["teacher-256m-tt-norewarm-s0"]
     assert control["interface"]["kind"] == "tt" and control["lr"] == control["min_lr"] and control["warmup_steps"] == 0
     assert by_name["teacher-256m-tt-s0"]["train_data"] == "results/data/bpe4k/tests/train.bin"
@@ -111,12 +120,13 @@ def test_a_seed_sets_the_runs_seed_name_data_and_settings(study, dry_run):
     assert stand_in["train_data"] == "results/data/bpe4k/lib/train.bin"
     sweep, main = by_name["scratch-303m-lr1-tt-s2"], by_name["scratch-303m-tt-s2"]
     assert sweep["tags"]["sweep_of"] == "303m" and sweep["lr"] == 1.0
-    varied = ("lr", "min_lr", "allow_divergence", "run_name", "tags")  # a sweep records a diverged run as finished
-    assert sweep["allow_divergence"] is True and "allow_divergence" not in main
+    varied = ("lr", "min_lr", "allow_divergence", "stop_after_nonfinite", "run_name", "tags")  # a diverged run is
+    assert sweep["allow_divergence"] is True and "allow_divergence" not in main  # recorded, and stops when stuck
+    assert sweep["stop_after_nonfinite"] == 20
     assert {k: v for k, v in sweep.items() if k not in varied} == {k: v for k, v in main.items() if k not in varied}
     lora = by_name["lora-mbpp-teacher-256m-tt-s3"]
     assert lora["frontier_lrs"] == study["posttrain"]["frontier_lrs"] and lora["val_data"].endswith("tests/val.bin")
-    assert "teacher-256m-tt-s4" in by_name and "teacher-256m-pit-s4" not in by_name  # pit: 3 seeds
+    assert "teacher-256m-pit-s7" in by_name and "teacher-256m-pit-head-s3" not in by_name  # pit-head: 3 seeds
 
 
 def test_profiles_without_seeds_keep_their_paths(tmp_path):

@@ -136,6 +136,23 @@ def test_convert_teacher_shares_no_tensor_with_the_teacher(kind):
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+def test_tt_from_the_polar_factor_is_pit_with_t_identity_at_step_zero():
+    """The matched-start control: TT with tt_init polar (W = U of E0 = U H) gives the same logits as PIT with T = I
+    on the same teacher, and differs from TT that keeps the teacher's table."""
+    teacher = anisotropic_teacher()
+    ids = torch.randint(0, V, (2, 16), generator=torch.Generator().manual_seed(1))
+    logits = {}
+    for name, cfg in [("pit", {"kind": "pit"}), ("polar", {"kind": "tt", "tt_init": "polar"}), ("tt", {"kind": "tt"})]:
+        model = convert_teacher(teacher, InterfaceConfig(**cfg)).eval()
+        with torch.no_grad():
+            logits[name] = model(ids).logits
+    assert (logits["polar"] - logits["pit"]).abs().max() < 1e-4 * logits["pit"].abs().max()
+    assert (logits["tt"] - logits["pit"]).abs().max() > 0.1 * logits["pit"].abs().max()
+    assert InterfaceConfig(kind="tt").to_dict().get("tt_init") is None  # old configs stay as they were
+    with pytest.raises(PitError, match="tt_init 'x' is unknown"):
+        InterfaceConfig(kind="tt", tt_init="x")
+
+
 def test_config_fields_default_to_the_paper_and_stay_out_of_old_configs():
     old = {"kind": "pit", "trainable_z": False, "t_init": "identity", "diag_clamp": None, "retraction_eps": 0.0}
     cfg = InterfaceConfig.from_dict(old)  # a checkpoint written before t_power / t_scale existed

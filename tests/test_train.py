@@ -383,3 +383,19 @@ def test_spike_and_nonfinite_policies(tiny_data, tmp_path):
     s.update(allow_divergence=True)
     train(PretrainArgs.from_dict(s), tmp_path / "allowed")
     assert (tmp_path / "allowed" / "summary.json").exists()
+
+
+def test_a_run_stuck_in_nonfinite_steps_ends_there_as_diverged(tiny_data, tmp_path):
+    """stop_after_nonfinite k: after k consecutive non-finite steps the weights no longer change, so the run ends,
+    recorded as diverged at the first of them; a setting that never fires changes nothing (same fingerprint)."""
+    s = spec(tiny_data, lr=1e4, min_lr=1e4, warmup_steps=0, max_steps=40, grad_clip=1e9, allow_divergence=True)
+    assert (
+        PretrainArgs.from_dict({**s, "stop_after_nonfinite": 0}).fingerprint()
+        == PretrainArgs.from_dict(s).fingerprint()
+    )
+    summary = train(PretrainArgs.from_dict({**s, "stop_after_nonfinite": 3}), tmp_path / "stuck")
+    logged = rows(tmp_path / "stuck")
+    first = next(r["step"] for r in logged if r.get("event") == "nonfinite")
+    assert all(r.get("event") == "nonfinite" for r in logged[first - 1 :]) and len(logged) == first + 2
+    assert summary["diverged_at_step"] == first and summary["steps_run"] == first + 2 < 40
+    assert "stopped after 3 consecutive non-finite steps from step" in summary["diverged"]

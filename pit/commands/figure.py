@@ -31,7 +31,10 @@ def _check(args: argparse.Namespace) -> None:
 def cmd_figure(args: argparse.Namespace) -> int:
     _check(args)
     if args.name == "claims":  # one PNG per group of claims
-        for png in figures.claims(Path(args.runs), Path(args.out_dir), args.profile, study=args.study):
+        from pit.reporting.claims import parse_design
+
+        design = parse_design(args.design)
+        for png in figures.claims(Path(args.runs), Path(args.out_dir), args.profile, study=args.study, design=design):
             print(f"claims: {png}")
         return 0
     out = Path(args.out)
@@ -66,6 +69,7 @@ def register(sub) -> None:
     p.add_argument("--profile", required=True)
     p.add_argument("--out", help="PNG file to write")
     p.add_argument("--out-dir", help="claims: folder for claims_<group>.png (--runs: the results root)")
+    p.add_argument("--design", help="claims: the claims table's declared design as JSON (the profile's `claims` key)")
     p.add_argument(
         "--study",
         action="store_true",

@@ -13,7 +13,7 @@ from pathlib import Path
 from pit.errors import PitError
 from pit.io import write_text
 from pit.reporting import study_tables
-from pit.reporting.claims import claims_from_seeds, table_notes
+from pit.reporting.claims import Design, claims_from_seeds, parse_design, table_notes
 from pit.reporting.per_seed import per_seed_table
 from pit.reporting.tables import BUILDERS, write_table
 
@@ -33,9 +33,10 @@ def cmd_table(args: argparse.Namespace) -> int:
         raise PitError(f"--runs {args.runs}: no pretrain/, diagnostics/ or posttrain/ there; expected the results root")
     if name == "claims":  # the per-seed table beside it, and how each claim's metric is computed under it
         seeds = per_seed_table(args.runs)
-        df = claims_from_seeds(seeds)
+        design = Design.from_dict(parse_design(args.design))
+        df = claims_from_seeds(seeds, design)
         write_text(f"{args.out}_seeds.csv", seeds.to_csv(index=False))
-        notes += table_notes()
+        notes += table_notes(design)
     elif name in study_tables.BUILDERS:  # stability and teacher_gap read the pretraining runs only
         stages = ("pretrain", "posttrain") if name == "frontier" else ("pretrain",)
         df = study_tables.BUILDERS[name](per_seed_table(args.runs, stages))
@@ -62,4 +63,9 @@ def register(sub) -> None:
     p.add_argument("--profile", required=True, help="name of the config profile that produced the runs")
     p.add_argument("--out", required=True, help="output path without suffix (e.g. results/tables/table1)")
     p.add_argument("--note", action="append", help="a line printed under the Markdown table (repeatable)")
+    p.add_argument(
+        "--design",
+        help="claims: the declared design as JSON, the profile's `claims` key: {primary: {mode: arm}, "
+        "matched_control: arm, alpha, power} (docs/study.md)",
+    )
     p.set_defaults(func=cmd_table)

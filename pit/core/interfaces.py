@@ -45,6 +45,7 @@ from pit.errors import PitError
 
 INTERFACE_KINDS = ("pit", "tt", "untied")
 T_INITS = ("identity", "inverse_h", "head", "power")  # PIT teacher mode (docs/models.md, `teacher_factor`)
+TT_INITS = ("teacher", "polar")  # TT teacher mode: the teacher's table, or its polar factor (`init_from_teacher_`)
 RETRACTION_CHUNK = 2048  # rows of Z per in-place retraction update (see `PITTying.retract_`)
 
 
@@ -74,14 +75,19 @@ class InterfaceConfig:
     init_std: float = 0.02  # TT / untied scratch init: N(0, init_std^2)
     t_power: float = 1.0  # PIT teacher mode, t_init "power": the exponent a of T = c H^a, -1 <= a <= 1
     t_scale: float = 1.0  # PIT scratch init: T = t_scale I (L = sqrt(t_scale) I); 1 = the paper
+    tt_init: Literal["teacher", "polar"] = (
+        "teacher"  # TT teacher mode: W = E0, or W = U of E0 = U H (`init_from_teacher_`)
+    )
 
-    OMITTED_AT_DEFAULT = ("t_power", "t_scale")  # left out of to_dict while at their defaults
+    OMITTED_AT_DEFAULT = ("t_power", "t_scale", "tt_init")  # left out of to_dict while at their defaults
 
     def __post_init__(self):
         if self.kind not in INTERFACE_KINDS:
             raise PitError(f"interface kind {self.kind!r} is unknown; expected one of {INTERFACE_KINDS}")
         if self.t_init not in T_INITS:
             raise PitError(f"t_init {self.t_init!r} is unknown; expected one of {T_INITS}")
+        if self.tt_init not in TT_INITS:
+            raise PitError(f"tt_init {self.tt_init!r} is unknown; expected one of {TT_INITS}")
         self.t_power = _real("t_power", self.t_power, -1.0, 1.0, lo_open=False)
         self.t_scale = _real("t_scale", self.t_scale, 0.0, math.inf, lo_open=True)
         if self.diag_clamp is not None:
@@ -497,12 +503,17 @@ def teacher_factor(H: torch.Tensor, t_init: str, t_power: float = 1.0) -> tuple[
 
 @torch.no_grad()
 def init_from_teacher_(
-    interface: TokenInterface, E0: torch.Tensor, t_init: str = "identity", t_power: float = 1.0
+    interface: TokenInterface,
+    E0: torch.Tensor,
+    t_init: str = "identity",
+    t_power: float = 1.0,
+    tt_init: str = "teacher",
 ) -> float:
-    """Teacher mode: PIT takes the polar factor of E0 and T from `t_init` (`teacher_factor`), TT uses E0 as is,
-    and the untied head starts both E and the head from E0. Returns the scalar beta that the model must fold
-    into its final norm's gain and bias for the head to be the one `teacher_factor` describes (1.0 unless
-    t_init is `power`)."""
+    """Teacher mode: PIT takes the polar factor of E0 and T from `t_init` (`teacher_factor`), TT uses E0 as is
+    (`tt_init` teacher) or its polar factor U of E0 = U H (`tt_init` polar: E = U, W_out = U^T, at step 0 the same
+    function as PIT with T = I, the matched-start control of docs/study.md), and the untied head starts both E and
+    the head from E0. Returns the scalar beta that the model must fold into its final norm's gain and bias for the
+    head to be the one `teacher_factor` describes (1.0 unless t_init is `power`)."""
     if tuple(E0.shape) != (interface.vocab_size, interface.dim):
         raise PitError(
             f"teacher embedding has shape {tuple(E0.shape)}; expected ({interface.vocab_size}, {interface.dim})"
@@ -520,7 +531,9 @@ def init_from_teacher_(
         interface.set_(U.float(), L)
         return beta
     if isinstance(interface, TransposeTying):
-        interface.weight.copy_(E0)
+        if tt_init not in TT_INITS:
+            raise PitError(f"tt_init {tt_init!r} is unknown; expected one of {TT_INITS}")
+        interface.weight.copy_(E0 if tt_init == "teacher" else polar(E0, method="gram", check_rank=True)[0])
     else:
         interface.embedding.copy_(E0)
         interface.head.copy_(E0)

@@ -282,7 +282,8 @@ def convert_teacher(teacher: PreTrainedModel, interface: InterfaceConfig) -> Pre
     PIT: Z = U of E0 = U H (thin polar) and T from `t_init` (pit.core.interfaces.teacher_factor), except `head`,
     whose purpose is to keep the head: Z and T from W0 = U_h H_h (T = H_h), so W_out = W0^T exactly (for a tied
     source the same thing). `power` folds its head-side scalar into the final norm (`fold_head_scale_`).
-    TT: W = E0 (an untied source's head is dropped). Untied: E = E0, head = W0 (the source exactly)."""
+    TT: W = E0 (an untied source's head is dropped), or its polar factor U with `tt_init` polar. Untied: E = E0,
+    head = W0 (the source exactly)."""
     if isinstance(teacher, InterfaceCausalLM) or hasattr(teacher, "interface"):
         raise PitError("model already has a token interface; convert the original checkpoint instead")
     config_cls, model_cls = pit_classes(teacher.config.model_type)
@@ -302,7 +303,9 @@ def convert_teacher(teacher: PreTrainedModel, interface: InterfaceConfig) -> Pre
         )
     model.interface.to_empty(device=E0.device)
     keep_head = interface.kind == "pit" and interface.t_init == "head"
-    beta = init_from_teacher_(model.interface, W0 if keep_head else E0, interface.t_init, interface.t_power)
+    beta = init_from_teacher_(
+        model.interface, W0 if keep_head else E0, interface.t_init, interface.t_power, interface.tt_init
+    )
     if interface.kind == "untied":
         model.interface.head.copy_(W0)
     _fill_buffers(model, teacher)

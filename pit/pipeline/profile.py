@@ -23,6 +23,7 @@ CLAIM_GROUPS = ["interface", "training", "stability", "layerwise", "side_effects
 TABLES = ["claims", "table1", "table2", "table3", "table4_scores", "table4_side_effects"]  # claims: a verdict each
 ROLES = ("stand_in", "teacher", "scratch")  # whose data a run reads (pretrain.domains)
 ARM_KEYS = ("train", "seeds")  # the keys of an arm entry that are not `interface` overrides
+ARM_INTERFACE_KEYS = {"tt": ("tt_init",), "untied": ()}  # the interface overrides of a non-PIT arm (PIT: any)
 # What `transformers` reads of a checkpoint's tokenizer (fast or slow, BPE or SentencePiece), where present
 TOKENIZER_SOURCE_FILES = (
     "tokenizer.json",
@@ -90,9 +91,20 @@ class Profile:
                     found.append((keys, f"{extra}: {why}pretrain.interface)"))
                 if kind not in self.interfaces:
                     found.append((keys, f"a {kind} arm: pretrain.interfaces must hold {kind}"))
-                if kind != "pit" and extra:
-                    why = f"interface settings are for PIT arms (pit-*); a {kind} arm takes only {only}"
-                    found.append((keys, f"{extra}: {why}"))
+                wrong = sorted(set(extra) - set(ARM_INTERFACE_KEYS.get(kind, extra)))
+                if wrong:
+                    takes = [*only, *ARM_INTERFACE_KEYS[kind]]
+                    why = f"interface settings are for PIT arms, tt_init for TT arms; a {kind} arm takes {takes}"
+                    found.append((keys, f"{wrong}: {why}"))
+        design = self.config.get("claims") or {}
+        for mode, arm in (design.get("primary") or {}).items():
+            if mode in self.mode_arms and arm not in self.mode_arms[mode]:
+                found.append(
+                    (["claims", "primary", mode], f"{arm!r}: not an arm of {mode} mode ({self.mode_arms[mode]})")
+                )
+        matched = design.get("matched_control")
+        if matched and (matched not in self.mode_arms.get("teacher", []) or arm_kind(matched) != "tt"):
+            found.append((["claims", "matched_control"], f"{matched!r}: expected a TT arm of teacher mode"))
         unknown = sorted(set(self.post_arms) - set(self.arms))
         if unknown:
             why = f"not a pretraining arm of this profile (expected some of {self.arms})"
@@ -116,6 +128,12 @@ class Profile:
             if name is not None and name not in self.domains
         ]
         found += [
+            (["pretrain", f"{m}_slots", slot, "arms"], f"{extra}: not an arm of {m} mode ({self.mode_arms[m]})")
+            for m in self.modes
+            for slot, e in slots[m].items()
+            if (extra := sorted(set(e.get("arms", [])) - set(self.mode_arms[m])))
+        ]
+        found += [
             (["pretrain", f"{m}_slots", slot, "sweep_of"], f"{e['sweep_of']!r}: not a {m} slot (expected one of {s})")
             for m, s in self.modes.items()
             for slot, e in slots[m].items()
@@ -133,13 +151,18 @@ class Profile:
         seeds = self.arm_entries[mode].get(arm, {}).get("seeds", self.slot_entry(mode, slot).get("seeds"))
         return self.seeds if seeds is None else [str(s) for s in seeds]
 
+    def slot_arms(self, mode: str, slot: str) -> list[str]:
+        """The arms that run in a slot: its `arms`, else every arm of the mode, in the mode's order."""
+        chosen = self.slot_entry(mode, slot).get("arms")
+        return [a for a in self.mode_arms[mode] if chosen is None or a in chosen]
+
     def pretrain_runs(self) -> list[tuple]:
-        """(mode, slot, interface, seed) of every pretraining run: each arm once per seed (run_seeds)."""
+        """(mode, slot, interface, seed) of every pretraining run: each arm of the slot once per seed (run_seeds)."""
         return [
             (m, s, i, k)
             for m, slots in self.modes.items()
             for s in slots
-            for i in self.mode_arms[m]
+            for i in self.slot_arms(m, s)
             for k in (self.run_seeds(m, s, i) or [None])
         ]
 

@@ -1,48 +1,108 @@
-"""The paper's claims put to the test (`pit table claims`): one row per claim x cell x PIT arm, and a verdict that
-says what kind of evidence it is (docs/study.md, "The claims table").
+"""The paper's claims put to the test (`pit table claims`): per claim one declared primary test in the paper's own
+configuration, exploratory secondary rows beside it, and a verdict that says what kind of evidence it is
+(docs/study.md, "The claims table").
 
 Every number comes from the per-seed table (pit.reporting.per_seed, written beside the claims table as
-`<out>_seeds.csv`), so the table can be recomputed from it alone (scripts/check_claims.py). A row compares one PIT arm
-with TT in one cell (mode, slot, LoRA task) over the seeds both ran (paired by seed: same data order):
+`<out>_seeds.csv`), so the table can be recomputed from it alone (scripts/check_claims.py). The design is declared
+before the run (the profile's `claims` key, `Design`): the arm of each mode in the paper's configuration and, in
+teacher mode, the matched-start control. A row compares one arm with a reference arm in one cell:
 
-- per arm the mean over seeds and its 95% Student-t half-width; the paired difference arm - TT with its 95% interval,
-  its t-test p, the Holm-Bonferroni adjusted p over every tested row of the table, and where n >= 6 the exact
-  sign-flip permutation p (pit.reporting.stats);
-- the untied control, untied - TT, the same way (and for the early rise the no-re-warm control, tt-norewarm - TT);
-- a verdict, decided in this order:
-  `holds by construction` (the claim's metric is PIT's construction, e.g. Delta_TI; no test), `not testable: <why>`
-  (both arms 0 by construction, every seed reads one constant, the premise is absent), `not measured: <what>`,
-  `n = 1, no interval`, `degenerate: <arm>: <why>` (an arm whose validation loss is at or above the unigram entropy
-  of its validation split, or within 0.1 nats of ln V; for the early rise also a first loss within 0.1 nats of
-  ln V), then on the Holm-adjusted p at 0.05: `supported` / `contradicted` (the paper's side or the other), else
-  `inconclusive`; a supported consistency claim whose untied control shows the same effect (untied - TT, p <= 0.05
-  unadjusted, same sign) becomes `not specific to PIT: ...`.
+- role `primary`: the claim's declared test: the primary arm (`pit`: Z frozen, T = I) against TT, or in teacher mode
+  for the loss claim against the matched-start control (TT at the teacher's polar factor, the same function as PIT at
+  step 0), in every main slot; for the side-effect claims the mean over the LoRA tasks. Every other arm and cell is
+  `secondary`: reported, exploratory, never the claim's verdict;
+- kind `paired`: the exact sign-flip test of the paired differences over seeds (pit.reporting.stats.sign_flip), its
+  exact 95% interval and the interval at the Bonferroni level alpha / m of the row's family; `fisher`: one learning
+  rate's diverged runs, Fisher's exact test of the two proportions; `group`: a learning-rate sweep's measure made per
+  seed over the rates both arms ran (diverged rates, spikes, lr sensitivity), then tested like `paired`; `slope`:
+  the slope of the validation-loss gap over the constant-rate tail (nats per 100 steps), tested like `paired`;
+- runs that diverged are outcomes, not numbers: loss-based rows compare finite runs only and count the seeds dropped;
+- Holm-Bonferroni over each claim's primary rows (its family), and separately over its secondary rows;
+- verdicts, decided in this order: `holds by construction` (the metric is PIT's definition), `not testable: <why>`
+  (both arms 0 by construction, every seed reads one constant, the premise is absent, a score's resolution is coarser
+  than the paper's effect), `not measured: <what>`, `n = 1, no interval`, `degenerate: <arm>: <why>` (an arm that
+  learned no more than token frequencies, where that alone would decide the claim), then on the Holm-adjusted p at
+  alpha: `supported` / `contradicted`, else `inconclusive` (with the smallest effect the design detects with 80%
+  power, `mde`); a supported consistency claim is `not specific to PIT` where a valid untied control (measurably
+  untied: polar cosine distance of E and W_out^T >= CONTROL_MIN_POLAR) shows the same effect and PIT does no better
+  than it;
+- `fragile`: for every decided row, whether its verdict changes when any one seed is dropped from its family.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
-from pit.reporting.stats import holm, sign_flip_p, t_interval, t_test_p
+from pit.errors import PitError
+from pit.reporting.stats import fisher_p, holm, min_detectable, sign_flip, smallest_p, t_interval
 from pit.reporting.tables import method_order, slot_key
 
 GROUPS = ("interface", "training", "stability", "layerwise", "side_effects", "posttrain")
-ALPHA = 0.05  # family-wise level of the Holm-adjusted verdicts
 NEAR_UNIFORM = 0.1  # nats: a loss within this of ln V is a model that predicts (almost) nothing
 CONTROL_ARMS = {"early_rise_excess": "tt-norewarm"}  # a claim's extra control beside untied
+CONTROL_MIN_POLAR = 0.5  # an untied control is valid where E and W_out^T differ this much (polar cosine distance)
+PAPER_SCORE_EFFECT = 1.3  # points: the largest PIT - TT score difference of the paper's Table 4 (0.4 to 1.3)
+POOLED = "mean"  # the `lora` of a row over the mean of the LoRA tasks
+PRIMARY_ARM = "pit"  # the paper's configuration (Z frozen, T = I) unless the design names another arm
+LOSS_KEYS = ("val_loss", "early_rise_excess")  # measures a diverged run does not have (NaN in the per-seed table)
+
+
+@dataclass(frozen=True)
+class Design:
+    """The declared design (the profile's `claims` key; docs/study.md): per mode the arm in the paper's configuration
+    (`primary`), the teacher-mode matched-start control (`matched`, '' for none), the family-wise level `alpha` and
+    the `power` at which inconclusive rows report their minimal detectable effect."""
+
+    primary: dict = field(default_factory=lambda: {"teacher": "pit", "scratch": "pit"})
+    matched: str = ""
+    alpha: float = 0.05
+    power: float = 0.8
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> Design:
+        d = dict(d or {})
+        return cls(
+            primary={"teacher": "pit", "scratch": "pit", **d.get("primary", {})},
+            matched=d.get("matched_control") or "",
+            alpha=float(d.get("alpha", 0.05)),
+            power=float(d.get("power", 0.8)),
+        )
+
+    def to_dict(self) -> dict:
+        return {"primary": self.primary, "matched_control": self.matched, "alpha": self.alpha, "power": self.power}
+
+
+def parse_design(text: str | None) -> dict:
+    """The declared design from a command's --design (the profile's `claims` key as JSON; {} for the default)."""
+    if not text:
+        return {}
+    try:
+        design = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise PitError(f"--design {text!r} is not JSON ({err.msg}); expected the profile's `claims` key") from None
+    if not isinstance(design, dict) or set(design) - {"primary", "matched_control", "alpha", "power"}:
+        raise PitError(f"--design {text!r}: expected an object with keys primary, matched_control, alpha, power")
+    return design
 
 
 @dataclass(frozen=True)
 class Claim:
     """One claim of the paper: its words (`quote`, from `where`), a short `title`, the metric that measures it here
     (`key` in the per-seed table, shown as `metric`, computed as `how`), the modes it speaks of, the sign the paper
-    gives to PIT - TT (`direction`), the kind of evidence (`evidence`: test | construction | construction_both),
-    whether the untied control can make it `not specific to PIT` (`control`), which slots it reads (`scope`:
-    main = the slots that are not sweeps; sweep = every slot of a learning-rate sweep group; group = one row per
-    sweep group), and `readings`: the one-sentence reading per overall verdict for the summary."""
+    gives to PIT - reference (`direction`), the kind of evidence (`evidence`: test | construction |
+    construction_both), whether the untied control can make it `not specific to PIT` (`control`), which slots it reads
+    (`scope`: main = the slots that are not sweeps; sweep = a learning-rate sweep group, one `group` row of `measure`
+    and one row per rate; group = only the group row), `role` (primary: the claim's metric; secondary: another
+    metric of the same claim, exploratory), the primary reference (`ref`: tt, or `matched` for the teacher-mode
+    control), `pool` (the primary cell is the mean over LoRA tasks), `resolution` (a score: tested only where one
+    problem is smaller than the paper's effect), `binary` (per-rate rows by Fisher's exact test), `measure` (the
+    group row's per-seed measure: count | sum | range), and `readings`: sentences that explain a verdict (never a
+    number)."""
 
     id: str
     group: str
@@ -58,7 +118,13 @@ class Claim:
     control: bool = False
     scope: str = "main"
     premise: str = ""  # a claim whose premise is an effect in TT: the TT values must show it
-    degenerate_rule: bool = True  # False where not learning is the outcome measured (divergence, lr sensitivity)
+    degenerate_rule: bool = True  # False where not learning is the outcome measured (losses, divergence)
+    role: str = "primary"
+    ref: str = "tt"
+    pool: bool = False
+    resolution: bool = False
+    binary: bool = False
+    measure: str = ""
     readings: dict = field(default_factory=dict)
 
 
@@ -71,16 +137,10 @@ _TEACHER = ("In teacher-mode, PIT is modestly better in most cells, with the lar
 _SCRATCH = ("In scratch-mode, TT is slightly better across the board", "Table 4 discussion, Section 5.6")
 _BOTH = ("teacher", "scratch")
 _LENS = {
-    "not specific to PIT": "the untied control, which has no tying at all, shows the same reduction against TT, so "
-    "it measures TT's tied lens (layer 0 decodes the input token), not PIT's consistency",
-    "supported": "PIT's intermediate layers decode closer to its last layer than TT's, relative to how far the last "
-    "layer is from uniform, and the untied control does not share the effect",
+    "not specific to PIT": "a valid untied control, with no tying at all, shows the same reduction against TT and PIT "
+    "does no better than it, so the reduction is untying TT's lens, not PIT's consistency",
 }
-_SIDE_READ = {
-    "inconclusive": "at matched adaptation the updates of PIT and TT change held-out predictions by amounts the seeds "
-    "cannot tell apart",
-    "not specific to PIT": "the untied control shows the same difference against TT",
-}
+_SCORE = {"not testable": "a score on these sets moves in steps larger than the paper's differences"}
 
 CLAIMS = [
     Claim("interface_max_delta_ti", "interface", "Pseudo-inverse consistency: Delta_TI", *_CONSISTENT,
@@ -103,30 +163,30 @@ CLAIMS = [
           "steps) above its first smoothed value, minus the 95% noise floor of flat curves with the run's own per-step "
           "noise; 0 when below it (pit/analysis/curves.py)", "early_rise_excess", ("teacher",), -1,
           premise="TT shows no early rise above its noise floor in any seed: the premise of the claim (TT's brief "
-          "loss increase) does not occur here",
-          readings={"not testable": "TT's continued pretraining shows no early loss increase above the batch noise, "
-                    "so there is nothing for PIT to be more stable than"}),
+          "loss increase) does not occur here"),
     Claim("teacher_val_loss", "training", "Teacher mode: PIT reaches a lower loss (Fig. 4)",
           "PIT performs more stable than TT, and obtained lower loss", "Figure 4 caption; Section 5.4", "val loss",
-          "validation loss at the end of continued pretraining (summary.json)", "val_loss", ("teacher",), -1,
-          readings={"contradicted": "every PIT arm that converts the teacher ends above TT, which keeps the teacher's "
-                    "head as it is"}),
+          "validation loss at the end of continued pretraining (summary.json); primary reference: the matched-start "
+          "TT control, so that the test is of PIT's training, not of its conversion", "val_loss", ("teacher",), -1,
+          degenerate_rule=False, ref="matched"),
     Claim("scratch_val_loss", "training", "Scratch mode: TT keeps a lower loss (Fig. 3)",
           "TT keep a lower level of loss in the whole process", "Figure 3 caption; Section 5.4", "val loss",
           "validation loss at the end of pretraining (summary.json)", "val_loss", ("scratch",), 1,
-          readings={"supported": "the paper's own negative scratch-mode finding: PIT trained from scratch ends above "
-                    "TT"}),
-    Claim("stability_divergence", "stability", "Fewer diverged runs, per learning rate", *_STABLE, "diverged",
-          "1 when the run ends with a non-finite validation loss or one no lower than its first loss, else 0",
-          "diverged", ("scratch",), -1, scope="sweep", degenerate_rule=False),
-    Claim("stability_spikes", "stability", "Fewer loss spikes, per learning rate", *_STABLE, "loss spikes",
+          degenerate_rule=False),
+    Claim("stability_divergence", "stability", "Fewer diverged runs", *_STABLE, "diverged",
+          "group row: per seed, the number of the sweep's learning rates at which the run diverged (ended with a "
+          "non-finite validation loss, one no lower than its first loss, or stuck in non-finite steps); per-rate rows: "
+          "1 / 0 per run, Fisher's exact test", "diverged", ("scratch",), -1, scope="sweep", degenerate_rule=False,
+          binary=True, measure="count"),
+    Claim("stability_spikes", "stability", "Fewer loss spikes", *_STABLE, "loss spikes",
           "episodes of finite steps whose loss exceeds the median of the previous 20 by 5 noise sigmas, after warmup "
-          "(pit/analysis/curves.py)", "spikes", ("scratch",), -1, scope="sweep",
-          readings={"not testable": "no arm spikes at any learning rate of the sweep"}),
+          "(pit/analysis/curves.py); undefined for a run that diverged before the count starts; group row: per seed, "
+          "the sum over the rates where both arms are defined", "spikes", ("scratch",), -1, scope="sweep",
+          measure="sum", degenerate_rule=False),
     Claim("stability_lr_sensitivity", "stability", "Less sensitive to the learning rate", *_STABLE,
-          "lr sensitivity (nats)", "worst minus best final validation loss over the sweep's learning rates, per seed; "
-          "a diverged run counts with the loss of predicting nothing, ln V", "lr_sensitivity", ("scratch",), -1,
-          scope="group", degenerate_rule=False),
+          "lr sensitivity (nats)", "per seed, worst minus best final validation loss over the sweep's learning rates "
+          "at which both arms' runs are finite (no loss is imputed for a diverged run)", "val_loss", ("scratch",), -1,
+          scope="group", degenerate_rule=False, measure="range"),
     Claim("lens_kl_ratio", "layerwise", "Layerwise consistency: lens KL, normalised", *_LAYER, "lens KL ratio",
           "mean over layers l < L of KL(p_L || p_l) / KL(p_L || uniform): 0 = every layer decodes like the last, 1 = "
           "as far off as the uniform distribution (diagnostics.json lens.kl_ratio)", "lens_kl_ratio", _BOTH, -1,
@@ -134,18 +194,18 @@ CLAIMS = [
     Claim("lens_ce_gap", "layerwise", "Layerwise consistency: lens cross-entropy, normalised", *_LAYER,
           "lens CE gap", "mean over layers l < L of (CE_l - CE_L) / (log2 V - CE_L): the fraction of the last layer's "
           "gain over uniform that layer l lacks (diagnostics.json lens.ce_gap)", "lens_ce_gap", _BOTH, -1,
-          control=True, readings=_LENS),
+          control=True, role="secondary", readings=_LENS),
+    Claim("side_effect_kl_matched", "side_effects", "Side effects at matched adaptation: KL on the frontier", *_SIDE,
+          "KL at matched gain", "KL interpolated at one in-domain gain shared by every arm of the cell, on each run's "
+          "KL-vs-gain curve over the LoRA learning rates (posttrain.frontier_lrs and lora.lr); primary: the mean over "
+          "the LoRA tasks", "kl_at_matched_gain", _BOTH, -1, control=True, pool=True),
     Claim("side_effect_kl_per_gain", "side_effects", "Side effects per nat of adaptation: KL", *_SIDE,
           "KL per nat of gain", "KL(p_before || p_after) on held-out pretraining text divided by the in-domain gain "
           "(reference NLL before - after) of the same LoRA", "kl_per_gain", _BOTH, -1, control=True,
-          readings=_SIDE_READ),
+          role="secondary"),
     Claim("side_effect_val_per_gain", "side_effects", "Side effects per nat of adaptation: held-out loss", *_SIDE,
           "val-loss change per nat of gain", "validation loss after - before the LoRA divided by its in-domain gain",
-          "val_change_per_gain", _BOTH, -1, control=True, readings=_SIDE_READ),
-    Claim("side_effect_kl_matched", "side_effects", "Side effects at matched adaptation: KL on the frontier", *_SIDE,
-          "KL at matched gain", "KL interpolated at one in-domain gain shared by every arm of the cell, on each run's "
-          "KL-vs-gain curve over the LoRA learning rates (posttrain.frontier_lrs and lora.lr)", "kl_at_matched_gain",
-          _BOTH, -1, control=True, readings=_SIDE_READ),
+          "val_change_per_gain", _BOTH, -1, control=True, role="secondary"),
     Claim("teacher_posttrain_gain", "posttrain", "Teacher mode: PIT adapts better in-domain (Table 4)", *_TEACHER,
           "in-domain NLL change", "reference NLL after - before the LoRA on its own task (eval/, base/)",
           "indomain_nll_change", ("teacher",), -1),
@@ -154,9 +214,10 @@ CLAIMS = [
           "MBPP, SVAMP after GSM8K)", "transfer_nll_change", ("teacher",), -1),
     Claim("teacher_posttrain_score", "posttrain", "Teacher mode: PIT scores higher in-domain", *_TEACHER,
           "in-domain score (%)", "pass@1 / exact match of the LoRA model on its own task", "indomain_score",
-          ("teacher",), 1),
+          ("teacher",), 1, resolution=True, readings=_SCORE),
     Claim("teacher_transfer_score", "posttrain", "Teacher mode: PIT scores higher on transfer", *_TEACHER,
-          "transfer score (%)", "pass@1 / exact match on the out-of-domain task", "transfer_score", ("teacher",), 1),
+          "transfer score (%)", "pass@1 / exact match on the out-of-domain task", "transfer_score", ("teacher",), 1,
+          resolution=True, readings=_SCORE),
     Claim("scratch_posttrain_gain", "posttrain", "Scratch mode: TT adapts slightly better (Table 4)", *_SCRATCH,
           "in-domain NLL change", "reference NLL after - before the LoRA on its own task", "indomain_nll_change",
           ("scratch",), 1),
@@ -165,9 +226,10 @@ CLAIMS = [
           "transfer_nll_change", ("scratch",), 1),
     Claim("scratch_posttrain_score", "posttrain", "Scratch mode: TT scores slightly higher in-domain", *_SCRATCH,
           "in-domain score (%)", "pass@1 / exact match of the LoRA model on its own task", "indomain_score",
-          ("scratch",), -1),
+          ("scratch",), -1, resolution=True, readings=_SCORE),
     Claim("scratch_transfer_score", "posttrain", "Scratch mode: TT scores slightly higher on transfer", *_SCRATCH,
-          "transfer score (%)", "pass@1 / exact match on the out-of-domain task", "transfer_score", ("scratch",), -1),
+          "transfer score (%)", "pass@1 / exact match on the out-of-domain task", "transfer_score", ("scratch",), -1,
+          resolution=True, readings=_SCORE),
 ]  # fmt: skip
 CLAIM_BY_ID = {c.id: c for c in CLAIMS}
 
@@ -194,52 +256,207 @@ def _mean(values: dict) -> float:
 
 # ---- the per-seed table, indexed ----------------------------------------------------------------------------------
 class Index:
-    """The per-seed table as values[(mode, slot, lora, metric)][arm][seed] and each (mode, slot)'s sweep group."""
+    """The per-seed table as values[(mode, slot, lora, metric)][arm][seed] and each (mode, slot)'s sweep group;
+    `without(seed)` is the same table with one seed left out (the leave-one-seed-out check)."""
 
     def __init__(self, seeds: pd.DataFrame):
         self.values: dict[tuple, dict[str, dict]] = {}
         self.group: dict[tuple[str, str], str] = {}
+        self.dropped: frozenset = frozenset()
         for r in seeds.itertuples(index=False):
             cell = self.values.setdefault((r.mode, r.slot, r.lora, r.metric), {})
             cell.setdefault(r.arm, {})[int(r.seed)] = float(r.value)
             self.group.setdefault((r.mode, r.slot), r.group)
 
+    def without(self, seed: int) -> Index:
+        view = object.__new__(Index)
+        view.values, view.group, view.dropped = self.values, self.group, self.dropped | {seed}
+        return view
+
     def runs(self, mode: str, slot: str, lora: str, metric: str) -> dict[str, dict]:
-        return self.values.get((mode, slot, lora, metric), {})
+        cell = self.values.get((mode, slot, lora, metric), {})
+        if not self.dropped:
+            return cell
+        return {arm: {s: v for s, v in by.items() if s not in self.dropped} for arm, by in cell.items()}
 
     def slots(self, mode: str, scope: str) -> list[str]:
-        """The slots of a mode a claim of `scope` reads, in size order."""
+        """The slots of a mode: main = those that are their own group; groups = the groups with more than one slot."""
         slots = {s for (m, s) in self.group if m == mode}
         if scope == "main":
             slots = {s for s in slots if self.group[(mode, s)] == s}
+        if scope == "groups":
+            slots = {g for g in {self.group[(mode, s)] for s in slots} if len(self.group_slots(mode, g)) > 1}
         return sorted(slots, key=slot_key)
+
+    def group_slots(self, mode: str, group: str) -> list[str]:
+        """The slots of a sweep group in learning-rate order."""
+        slots = [s for (m, s), g in self.group.items() if m == mode and g == group]
+        return sorted(slots, key=lambda s: (_mean(self.runs(mode, s, "", "lr").get("tt", {})), slot_key(s)))
 
     def tasks(self, mode: str, slot: str, metric: str) -> list[str]:
         return sorted({k[2] for k in self.values if k[:2] == (mode, slot) and k[3] == metric})
 
+    def seeds(self) -> list[int]:
+        return sorted({s for cell in self.values.values() for by in cell.values() for s in by} - self.dropped)
 
-def cells(claim: Claim, index: Index) -> list[tuple[str, str, str, str]]:
-    """(mode, slot, LoRA task, PIT arm) of every row of a claim: every slot of its scope and modes that has the
-    metric, every PIT arm measured there (a placeholder `pit` where none is)."""
+
+# ---- the rows of a claim: cells ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Cell:
+    """One row's place: mode, slot (a sweep group's name for kind `group`), LoRA task ('' or POOLED), the arm and its
+    reference, the role (primary | secondary) and the kind of test (paired | fisher | group | slope)."""
+
+    mode: str
+    slot: str
+    lora: str
+    arm: str
+    ref: str
+    role: str
+    kind: str
+
+
+def primary_ref(claim: Claim, mode: str, design: Design) -> str:
+    return design.matched if claim.ref == "matched" and mode == "teacher" and design.matched else "tt"
+
+
+def _arms(index: Index, mode: str, slot: str, lora: str, key: str) -> list[str]:
+    lora = "" if lora == POOLED else lora
+    return sorted((a for a in index.runs(mode, slot, lora, key) if is_pit_arm(a)), key=method_order)
+
+
+def _role(claim: Claim, arm: str, ref: str, mode: str, design: Design, primary_cell: bool) -> str:
+    main = claim.role == "primary" and primary_cell and arm == design.primary.get(mode)
+    return "primary" if main and ref == primary_ref(claim, mode, design) else "secondary"
+
+
+def main_cells(claim: Claim, index: Index, design: Design, mode: str) -> list[Cell]:
+    """Cells of a claim in the main slots: every PIT arm against TT (and the primary arm against the matched control
+    where the claim's primary reference is it), per LoRA task, plus the pooled cell of a `pool` claim."""
     out = []
-    for mode in claim.modes:
-        for slot in index.slots(mode, claim.scope):
-            for task in index.tasks(mode, slot, claim.key):
-                arms = [a for a in index.runs(mode, slot, task, claim.key) if is_pit_arm(a)]
-                out += [(mode, slot, task, arm) for arm in sorted(arms, key=method_order) or ["pit"]]
+    for slot in index.slots(mode, "main"):
+        tasks = index.tasks(mode, slot, claim.key)
+        pooled = claim.pool and len(tasks) > 1
+        for task in ([POOLED] if pooled else []) + tasks:
+            arms = _arms(index, mode, slot, task, claim.key) or [design.primary.get(mode, "pit")]
+            ref = primary_ref(claim, mode, design)
+            primary_cell = task == POOLED or not pooled
+            pairs = [(a, "tt") for a in arms]
+            if ref != "tt":
+                pairs = [(design.primary.get(mode, "pit"), ref)] + pairs
+                if claim.key == "val_loss" and primary_cell:
+                    pairs.append((design.primary.get(mode, "pit"), f"slope:{ref}"))
+            for arm, r in pairs:
+                kind = "slope" if r.startswith("slope:") else "paired"
+                r = r.removeprefix("slope:")
+                role = "secondary" if kind == "slope" else _role(claim, arm, r, mode, design, primary_cell)
+                out.append(Cell(mode, slot, task, arm, r, role, kind))
     return out
 
 
-# ---- one row ----------------------------------------------------------------------------------------------------
+def sweep_cells(claim: Claim, index: Index, design: Design, mode: str) -> list[Cell]:
+    """Cells of a stability claim: per sweep group one `group` row per PIT arm (the primary arm's is primary), and
+    for scope `sweep` one row per learning rate and arm (secondary)."""
+    out = []
+    for group in index.slots(mode, "groups"):
+        slots = index.group_slots(mode, group)
+        arms = sorted({a for s in slots for a in index.runs(mode, s, "", claim.key) if is_pit_arm(a)}, key=method_order)
+        for arm in arms or [design.primary.get(mode, "pit")]:
+            out.append(Cell(mode, group, "", arm, "tt", _role(claim, arm, "tt", mode, design, True), "group"))
+        if claim.scope == "sweep":
+            for slot in slots:
+                kind = "fisher" if claim.binary else "paired"
+                out += [
+                    Cell(mode, slot, "", a, "tt", "secondary", kind) for a in _arms(index, mode, slot, "", claim.key)
+                ]
+    return out
+
+
+def cells(claim: Claim, index: Index, design: Design) -> list[Cell]:
+    out = []
+    for mode in claim.modes:
+        out += (
+            main_cells(claim, index, design, mode) if claim.scope == "main" else sweep_cells(claim, index, design, mode)
+        )
+    return out
+
+
+# ---- per-seed values of a cell -------------------------------------------------------------------------------------
+def cell_values(claim: Claim, index: Index, cell: Cell) -> tuple[dict, dict, int, str]:
+    """(arm seed -> value, reference seed -> value, seeds dropped, a note) of a paired, group or slope cell. Dropped:
+    seeds that ran both arms but leave no finite pair (a diverged run, an undefined measure)."""
+    if cell.kind == "group":
+        return group_values(claim, index, cell)
+    if cell.kind == "slope":
+        return slope_values(index, cell)
+    if cell.lora == POOLED:
+        tasks = index.tasks(cell.mode, cell.slot, claim.key)
+        runs = [index.runs(cell.mode, cell.slot, t, claim.key) for t in tasks]
+        a, r = (_pooled([x.get(arm, {}) for x in runs]) for arm in (cell.arm, cell.ref))
+    else:
+        runs = index.runs(cell.mode, cell.slot, cell.lora, claim.key)
+        a, r = runs.get(cell.arm, {}), runs.get(cell.ref, {})
+    both = set(a) & set(r)
+    n = len(set(finite(a)) & set(finite(r)))
+    return a, r, len(both) - n, ""
+
+
+def _pooled(per_task: list[dict]) -> dict:
+    """seed -> mean over the tasks (NaN unless every task has a finite value)."""
+    seeds = set.intersection(*(set(d) for d in per_task)) if per_task else set()
+    return {s: float(np.mean([d[s] for d in per_task])) for s in seeds}
+
+
+def group_values(claim: Claim, index: Index, cell: Cell) -> tuple[dict, dict, int, str]:
+    """Per seed over the group's learning rates at which both arms ran: count = diverged rates; sum = spikes over the
+    rates where both are defined; range = max - min of the validation loss over the rates where both are finite."""
+    slots = index.group_slots(cell.mode, cell.slot)
+    ran = {s: index.runs(cell.mode, s, "", "diverged") for s in slots}
+    vals = {s: index.runs(cell.mode, s, "", claim.key) for s in slots}
+    a, r, left_out, seeds = {}, {}, 0, sorted(set().union(*(set(ran[s].get(cell.arm, {})) for s in slots)))
+    for seed in seeds:
+        rates = [s for s in slots if seed in ran[s].get(cell.arm, {}) and seed in ran[s].get(cell.ref, {})]
+        pairs = [(vals[s].get(cell.arm, {}).get(seed, math.nan), vals[s].get(cell.ref, {}).get(seed, math.nan))
+                 for s in rates]  # fmt: skip
+        usable = [(x, y) for x, y in pairs if math.isfinite(x) and math.isfinite(y)]
+        left_out += len(pairs) - len(usable)
+        if not rates or (claim.measure == "range" and len(usable) < 2) or (claim.measure != "count" and not usable):
+            continue
+        xs, ys = np.array(usable).T
+        a[seed], r[seed] = {"count": (xs.sum(), ys.sum()), "sum": (xs.sum(), ys.sum()),
+                            "range": (np.ptp(xs), np.ptp(ys))}[claim.measure]  # fmt: skip
+    note = f"{left_out} (seed, rate) pairs left out: a run diverged or the measure is undefined" if left_out else ""
+    return a, r, len(seeds) - len(a), note
+
+
+def slope_values(index: Index, cell: Cell) -> tuple[dict, dict, int, str]:
+    """Per seed the least-squares slope (nats per 100 steps) of the validation loss over the constant-rate tail
+    (validation steps >= tail_start), of the arm and of the reference: their difference is the gap's slope."""
+    tail = _mean(index.runs(cell.mode, cell.slot, "", "tail_start").get(cell.arm, {}))
+    steps = sorted(int(k[3].split("@")[1]) for k in index.values if k[:3] == (cell.mode, cell.slot, "")
+                   and k[3].startswith("val_loss@"))  # fmt: skip
+    steps = [t for t in steps if math.isfinite(tail) and t >= tail]
+    out = []
+    for arm in (cell.arm, cell.ref):
+        curves = [index.runs(cell.mode, cell.slot, "", f"val_loss@{t}").get(arm, {}) for t in steps]
+        seeds = set.intersection(*(set(finite(c)) for c in curves)) if len(steps) >= 3 else set()
+        out.append({s: 100 * float(np.polyfit(steps, [c[s] for c in curves], 1)[0]) for s in seeds})
+    note = f"tail: validation steps {steps[0]}-{steps[-1]}" if len(steps) >= 3 else "no constant-rate tail"
+    return out[0], out[1], 0, note
+
+
+# ---- one row ------------------------------------------------------------------------------------------------------
 def degenerate(claim: Claim, index: Index, mode: str, slot: str, arms: list[str]) -> str:
-    """'' or '<arm>: <why>' for the first of `arms` whose (mean over seeds) validation loss is at or above the
-    unigram entropy of its validation split or within NEAR_UNIFORM of ln V (and, for the early rise, whose first
-    loss is within NEAR_UNIFORM of ln V)."""
+    """'' or '<arm>: <why>' for the first of `arms` that learned no more than token frequencies: no finite validation
+    loss at any seed (diverged), a mean validation loss at or above the unigram entropy of its validation split or
+    within NEAR_UNIFORM of ln V, or (early rise) a first loss within NEAR_UNIFORM of ln V."""
     for arm in arms:
-        val = _mean(index.runs(mode, slot, "", "val_loss").get(arm, {}))
+        runs = index.runs(mode, slot, "", "val_loss").get(arm, {})
+        val = _mean(runs)
         entropy = _mean(index.runs(mode, slot, "", "unigram_entropy").get(arm, {}))
         log_v = _mean(index.runs(mode, slot, "", "log_vocab").get(arm, {}))
         first = _mean(index.runs(mode, slot, "", "first_loss").get(arm, {}))
+        if runs and not finite(runs):
+            return f"{arm}: no finite validation loss at any of its {len(runs)} seeds (diverged)"
         if math.isfinite(val) and math.isfinite(entropy) and val >= entropy:
             return f"{arm}: validation loss {val:.3f} >= the unigram entropy {entropy:.3f} of its validation split"
         if math.isfinite(val) and math.isfinite(log_v) and val >= log_v - NEAR_UNIFORM:
@@ -252,133 +469,192 @@ def degenerate(claim: Claim, index: Index, mode: str, slot: str, arms: list[str]
     return ""
 
 
-def precheck(claim: Claim, arm: str, runs: dict[str, dict]) -> str:
+def resolution(claim: Claim, index: Index, cell: Cell) -> str:
+    """'' or why a score row cannot show the paper's effect: one problem is worth more than PAPER_SCORE_EFFECT."""
+    key = "indomain_problems" if claim.key == "indomain_score" else "transfer_problems"
+    n = _mean({i: v for by in index.runs(cell.mode, cell.slot, cell.lora, key).values() for i, v in by.items()})
+    if not math.isfinite(n) or n <= 0 or 100 / n <= PAPER_SCORE_EFFECT:
+        return ""
+    return (
+        f"not testable at this resolution: {n:.0f} problems, one problem = {100 / n:.2g} points, more than the paper's "
+        f"largest difference ({PAPER_SCORE_EFFECT} points)"
+    )
+
+
+def precheck(claim: Claim, cell: Cell, a: dict, r: dict, index: Index) -> str:
     """The verdict of a row that gets no test ('' when it is tested)."""
     if claim.evidence == "construction_both":
         return "not testable: PIT and exact TT both read 0 by construction under this reading"
-    if arm not in runs or not finite(runs[arm]):
-        return f"not measured: {claim.metric} of {arm}"
+    if not a:
+        return f"not measured: {claim.metric} of {cell.arm}"
     if claim.evidence == "construction":
-        return "holds by construction"
-    if "tt" not in runs or not finite(runs["tt"]):
-        return f"not measured: {claim.metric} of TT"
-    diffs = paired(runs[arm], runs["tt"])
-    if not diffs:
-        return f"not testable: no seed ran both {arm} and TT"
-    constant = set(finite(runs[arm]).values()) | set(finite(runs["tt"]).values())
+        return "holds by construction" if finite(a) else f"not measured: {claim.metric} of {cell.arm}"
+    if not r:
+        return f"not measured: {claim.metric} of {cell.ref}"
+    if claim.resolution and resolution(claim, index, cell):
+        return resolution(claim, index, cell)
+    n = len(set(finite(a)) & set(finite(r))) if cell.kind != "fisher" else min(len(a), len(r))
+    if n == 0:
+        return f"not testable: no seed has finite values of both {cell.arm} and {cell.ref}"
+    constant = set(finite(a).values()) | set(finite(r).values())
     if len(constant) == 1:
         return f"not testable: every seed of both arms reads {constant.pop():g}"
-    if len(diffs) == 1:
+    if n == 1:
         return "n = 1, no interval"
-    if claim.premise and all(v <= 0 for v in finite(runs["tt"]).values()):
+    if claim.premise and all(v <= 0 for v in finite(r).values()):
         return f"not testable: {claim.premise}"
     return ""
 
 
-def compare(arm: dict, ref: dict) -> dict:
-    """The paired comparison arm - ref: n, mean, 95% interval, t-test p and (n >= 6) sign-flip p."""
-    diffs = paired(arm, ref)
-    mean, half = t_interval(diffs)
-    return {"n": len(diffs), "diff": mean, "low": mean - half, "high": mean + half, "p": t_test_p(diffs),
-            "p_perm": sign_flip_p(diffs)}  # fmt: skip
-
-
-def claim_row(claim: Claim, index: Index, mode: str, slot: str, task: str, arm: str) -> dict:
-    """One row, before the Holm adjustment (`verdict` is final for untested rows, `pending` for tested ones)."""
-    runs = index.runs(mode, slot, task, claim.key)
-    lr = _mean(index.runs(mode, slot, "", "lr").get("tt", {}))
-    arm_mean, arm_ci = t_interval(list(finite(runs.get(arm, {})).values()))
-    tt_mean, tt_ci = t_interval(list(finite(runs.get("tt", {})).values()))
-    test = compare(runs.get(arm, {}), runs.get("tt", {}))
-    untied = compare(runs.get("untied", {}), runs.get("tt", {}))
-    control = CONTROL_ARMS.get(claim.key, "")
-    extra = compare(runs.get(control, {}), runs.get("tt", {})) if control in runs else None
-    control = control if extra else ""
-    verdict = precheck(claim, arm, runs)
-    why = "" if verdict or not claim.degenerate_rule else degenerate(claim, index, mode, slot, [arm, "tt"])
+def _base(claim: Claim, cell: Cell, index: Index) -> dict:
+    lr = _mean(index.runs(cell.mode, cell.slot, "", "lr").get("tt", {})) if cell.kind != "group" else math.nan
     return {
-        "claim": claim.id, "group": claim.group, "paper": f'"{claim.quote}" ({claim.where})', "metric": claim.metric,
-        "direction": f"PIT - TT {'<' if claim.direction < 0 else '>'} 0", "mode": mode, "slot": slot, "lr": lr,
-        "lora": task, "arm": arm, "n": test["n"], "arm_mean": arm_mean, "arm_ci": arm_ci, "tt_mean": tt_mean,
-        "tt_ci": tt_ci, "diff": test["diff"], "diff_ci_low": test["low"], "diff_ci_high": test["high"],
-        "p": test["p"] if not verdict else math.nan, "p_holm": math.nan, "p_perm": test["p_perm"],
-        "untied_diff": untied["diff"], "untied_ci_low": untied["low"], "untied_ci_high": untied["high"],
-        "untied_p": untied["p"], "control": control,
-        "control_diff": extra["diff"] if extra else math.nan,
-        "control_ci_low": extra["low"] if extra else math.nan, "control_ci_high": extra["high"] if extra else math.nan,
-        "evidence": evidence(claim, verdict or ("degenerate" if why else ""), test["n"]),
+        "claim": claim.id, "group": claim.group, "role": cell.role, "paper": f'"{claim.quote}" ({claim.where})',
+        "metric": claim.metric if cell.kind != "slope" else "gap slope over the tail (nats / 100 steps)",
+        "direction": f"PIT - ref {'<' if claim.direction < 0 else '>'} 0", "test": _test_name(cell), "mode": cell.mode,
+        "slot": cell.slot, "lr": lr, "lora": cell.lora, "arm": cell.arm, "ref": cell.ref, "kind": cell.kind,
+    }  # fmt: skip
+
+
+def _test_name(cell: Cell) -> str:
+    return "Fisher exact" if cell.kind == "fisher" else "exact sign-flip"
+
+
+def fisher_row(claim: Claim, index: Index, cell: Cell) -> dict:
+    """A per-rate divergence row: k / n diverged runs of the arm against the reference's, Fisher's exact p."""
+    runs = index.runs(cell.mode, cell.slot, "", claim.key)
+    a, r = finite(runs.get(cell.arm, {})), finite(runs.get(cell.ref, {}))
+    verdict = precheck(claim, cell, a, r, index)
+    ka, kr = sum(a.values()), sum(r.values())
+    ra, rr = (ka / len(a) if a else math.nan), (kr / len(r) if r else math.nan)
+    p = fisher_p(int(ka), len(a), int(kr), len(r)) if not verdict else math.nan
+    return {**_base(claim, cell, index), "n": min(len(a), len(r)), "dropped": 0, "arm_mean": ra,
+            "arm_ci": math.nan, "ref_mean": rr, "ref_ci": math.nan, "diff": ra - rr, "diff_ci_low": math.nan,
+            "diff_ci_high": math.nan, "p": p, "verdict": verdict or "pending",
+            "note": f"{ka:.0f} of {len(a)} {cell.arm} and {kr:.0f} of {len(r)} {cell.ref} runs diverged"}  # fmt: skip
+
+
+def claim_row(claim: Claim, index: Index, cell: Cell, alpha: float) -> dict:
+    """One row before the family's Holm adjustment (`verdict` final for untested rows, `pending` for tested ones)."""
+    if cell.kind == "fisher":
+        return fisher_row(claim, index, cell)
+    a, r, dropped, note = cell_values(claim, index, cell)
+    verdict = precheck(claim, cell, a, r, index)
+    diffs = paired(a, r)
+    test = sign_flip(diffs, alpha)
+    arm_mean, arm_ci = t_interval(list(finite(a).values()))
+    ref_mean, ref_ci = t_interval(list(finite(r).values()))
+    why = ""
+    if not verdict and claim.degenerate_rule and cell.kind == "paired":
+        why = degenerate(claim, index, cell.mode, cell.slot, [cell.arm, cell.ref])
+    return {
+        **_base(claim, cell, index), "n": test.n, "dropped": dropped, "arm_mean": arm_mean, "arm_ci": arm_ci,
+        "ref_mean": ref_mean, "ref_ci": ref_ci, "diff": test.mean, "diff_ci_low": test.low, "diff_ci_high": test.high,
+        "p": test.p if not verdict else math.nan, "note": note,
         "verdict": verdict or (f"degenerate: {why}" if why else "pending"),
     }  # fmt: skip
 
 
-def evidence(claim: Claim, verdict: str, n: int) -> str:
-    """What kind of evidence a row is."""
-    if claim.evidence.startswith("construction"):
-        return "construction"
-    if verdict == "" and not claim.degenerate_rule:
-        return f"paired test, {n} seeds, Holm-adjusted (a run that does not learn is an outcome here)"
-    if verdict.startswith(("not measured", "not testable", "n = 1")):
-        return "none"
-    if verdict == "degenerate":
-        return f"degenerate model ({n} seeds; tested, in the Holm family)"
-    return f"paired test, {n} seeds, Holm-adjusted"
+# ---- controls -----------------------------------------------------------------------------------------------------
+def control_columns(claim: Claim, index: Index, cell: Cell, alpha: float) -> dict:
+    """The untied control of a consistency claim: untied - ref and arm - untied (exact sign-flip), and whether the
+    control is valid: measurably untied (mean polar cosine distance of E and W_out^T >= CONTROL_MIN_POLAR)."""
+    tmp = Cell(cell.mode, cell.slot, cell.lora, "untied", cell.ref, cell.role, cell.kind)
+    u, r, _, _ = cell_values(claim, index, tmp)
+    a = cell_values(claim, index, cell)[0]
+    ut, pu = sign_flip(paired(u, r), alpha), sign_flip(paired(a, u), alpha)
+    polar = _mean(index.runs(cell.mode, cell.slot, "", "polar_cosine").get("untied", {}))
+    out = {"untied_n": ut.n, "untied_diff": ut.mean, "untied_ci_low": ut.low, "untied_ci_high": ut.high,
+           "untied_p": ut.p, "arm_untied_diff": pu.mean, "arm_untied_p": pu.p, "untied_polar": polar,
+           "untied_valid": math.isfinite(polar) and polar >= CONTROL_MIN_POLAR}  # fmt: skip
+    control = CONTROL_ARMS.get(claim.key, "")
+    runs = index.runs(cell.mode, cell.slot, cell.lora, claim.key)
+    if control in runs and cell.ref in runs:
+        c = sign_flip(paired(runs[control], runs[cell.ref]), alpha)
+        out.update({"control": control, "control_diff": c.mean, "control_ci_low": c.low, "control_ci_high": c.high})
+    return out
 
 
-def final_verdict(claim: Claim, row: dict) -> str:
-    """The verdict of a tested row from its Holm-adjusted p, then the untied control (module docstring)."""
-    if row["p_holm"] > ALPHA:
-        return "inconclusive"
-    paper_side = (row["diff"] > 0) == (claim.direction > 0)
-    if not paper_side:
-        return "contradicted"
-    same = (row["untied_diff"] > 0) == (row["diff"] > 0)
-    if claim.control and row["untied_p"] <= ALPHA and same:
+def control_verdict(claim: Claim, row: dict, alpha: float) -> tuple[str, str]:
+    """(verdict, note) of a supported row of a claim with the untied control rule (module docstring)."""
+    if not math.isfinite(row.get("untied_p", math.nan)):
+        return "supported", "no untied control measured in this cell"
+    if smallest_p(int(row["untied_n"])) > alpha:
         return (
-            f"not specific to PIT: untied - TT = {row['untied_diff']:.3g} [{row['untied_ci_low']:.3g}, "
-            f"{row['untied_ci_high']:.3g}] shows the same effect"
+            "supported",
+            f"the untied control has {int(row['untied_n'])} seeds: too few for its test to reach {alpha}",
         )
+    if not row["untied_valid"]:
+        return "supported", (
+            f"no valid untied control here: its E and W_out^T stay nearly tied (polar cosine distance "
+            f"{row['untied_polar']:.3g} < {CONTROL_MIN_POLAR})"
+        )
+    same = (row["untied_diff"] > 0) == (row["diff"] > 0) and row["untied_p"] <= alpha
+    beyond = row["arm_untied_p"] <= alpha and (row["arm_untied_diff"] > 0) == (claim.direction > 0)
+    if same and not beyond:
+        return (
+            f"not specific to PIT: untied - {row['ref']} = {row['untied_diff']:.3g} [{row['untied_ci_low']:.3g}, "
+            f"{row['untied_ci_high']:.3g}] shows the same effect, and PIT - untied = {row['arm_untied_diff']:.3g} "
+            f"(p = {row['arm_untied_p']:.2g})"
+        ), ""
+    return "supported", (
+        f"beyond the untied control: PIT - untied = {row['arm_untied_diff']:.3g} (p = {row['arm_untied_p']:.2g})"
+    )
+
+
+# ---- a family: Holm, verdicts, intervals at the family's level, leave-one-seed-out -------------------------------
+TESTED = ("pending", "degenerate")
+
+
+def is_tested(row: dict) -> bool:
+    return row["verdict"].startswith(TESTED) and math.isfinite(row["p"])
+
+
+def decide(claim: Claim, row: dict, alpha: float) -> str:
+    """The verdict of a tested row from its Holm-adjusted p (module docstring); degenerate rows keep theirs."""
+    if not row["verdict"].startswith("pending"):
+        return row["verdict"]
+    if row["p_holm"] > alpha:
+        return "inconclusive"
+    if (row["diff"] > 0) != (claim.direction > 0):
+        return "contradicted"
+    if claim.control:
+        verdict, note = control_verdict(claim, row, alpha)
+        row["note"] = "; ".join(x for x in (row["note"], note) if x)
+        return verdict
     return "supported"
 
 
-def claims_from_seeds(seeds: pd.DataFrame) -> pd.DataFrame:
-    """The claims table from the per-seed table (module docstring): every row, Holm over the tested ones."""
-    index = Index(seeds)
-    rows = [claim_row(c, index, *cell) for c in CLAIMS for cell in cells(c, index)]
-    tested = [r["p"] if r["verdict"] == "pending" or r["verdict"].startswith("degenerate") else math.nan for r in rows]
-    for r, p in zip(rows, holm(tested)):
-        r["p_holm"] = p
-        if r["verdict"] == "pending":
-            r["verdict"] = final_verdict(CLAIM_BY_ID[r["claim"]], r)
-    table = pd.DataFrame(rows)
-    if len(table) and not table["control"].any():  # no row has an extra control (a profile without tt-norewarm)
-        table = table.drop(columns=[c for c in table.columns if c.startswith("control")])
-    return table
+def family_rows(claim: Claim, index: Index, family: list[Cell], design: Design) -> list[dict]:
+    """The rows of one family (a claim's primary or secondary cells), Holm-adjusted and decided."""
+    rows = [claim_row(claim, index, c, design.alpha) for c in family]
+    if claim.control:
+        for row, c in zip(rows, family):
+            if c.kind == "paired":
+                row.update(control_columns(claim, index, c, design.alpha))
+    for row in rows:
+        row["tested"] = is_tested(row)
+    m = sum(r["tested"] for r in rows)
+    for row, p in zip(rows, holm([r["p"] if r["tested"] else math.nan for r in rows])):
+        row.update({"family": m, "p_holm": p})
+        row["verdict"] = decide(claim, row, design.alpha)
+    return rows
 
 
-def claims_table(results) -> pd.DataFrame:
-    """The claims table of the runs under `results` (pretrain/, diagnostics/, posttrain/)."""
-    from pit.reporting.per_seed import per_seed_table
-
-    return claims_from_seeds(per_seed_table(results))
-
-
-# ---- the summary: one line per claim ----------------------------------------------------------------------------
-GENERIC_READINGS = {
-    "holds by construction": "true of PIT by definition: it confirms the implementation, not a hypothesis",
-    "supported": "the paired difference lies on the paper's side after the Holm adjustment over every tested row",
-    "contradicted": "the paired difference lies on the other side of the paper's claim after the Holm adjustment",
-    "mixed": "rows disagree across arms or cells: read them in the table",
-    "not specific to PIT": "the untied control shows the same effect, so it is not evidence for PIT's interface",
-    "inconclusive": "the seeds do not resolve the difference after the Holm adjustment: not 'no effect', not enough "
-    "evidence at this scale",
-    "degenerate": "an arm that learned no more than token frequencies (validation loss at or above the unigram "
-    "entropy, or near ln V) takes part in every tested row, so the comparison says nothing about the claim",
-    "not testable": "nothing to compare at this scale (see the rows' reasons)",
-    "n = 1": "one seed: no interval, no verdict",
-    "not measured": "the runs that measure it are missing",
-}
-KIND_ORDER = ["holds by construction", "supported", "contradicted", "not specific to PIT", "inconclusive",
-              "degenerate", "n = 1", "not testable", "not measured"]  # fmt: skip
+def add_family_levels(claim: Claim, index: Index, family: list[Cell], rows: list[dict], design: Design) -> None:
+    """The interval at the family's Bonferroni level alpha / m, and for inconclusive primary rows the minimal
+    detectable effect at that level."""
+    for row, cell in zip(rows, family):
+        row.update({"adj_ci_low": math.nan, "adj_ci_high": math.nan, "mde": math.nan})
+        if cell.kind == "fisher" or not row["tested"]:
+            continue
+        a, r, _, _ = cell_values(claim, index, cell)
+        diffs = paired(a, r)
+        level = design.alpha / max(1, row["family"])
+        adj = sign_flip(diffs, level)
+        row.update({"adj_ci_low": adj.low, "adj_ci_high": adj.high})
+        if row["verdict"] == "inconclusive" and row["role"] == "primary":
+            row["mde"] = min_detectable(len(diffs), float(np.std(diffs, ddof=1)), level, design.power)
 
 
 def verdict_kind(verdict: str) -> str:
@@ -386,8 +662,100 @@ def verdict_kind(verdict: str) -> str:
     return next((k for k in KIND_ORDER if verdict.startswith(k)), verdict)
 
 
+DECIDED = ("supported", "contradicted", "not specific to PIT")
+
+
+def fragility(claim: Claim, index: Index, family: list[Cell], rows: list[dict], design: Design) -> None:
+    """`fragile` of every decided row: the first seed whose removal from the family changes its verdict's kind
+    ('no' when none does; '' for rows that are not decided)."""
+    decided = [i for i, r in enumerate(rows) if verdict_kind(r["verdict"]) in DECIDED]
+    for r in rows:
+        r["fragile"] = ""
+    if not decided:
+        return
+    seeds = index.seeds()
+    for i in decided:
+        rows[i]["fragile"] = "no"
+    for seed in seeds:
+        again = family_rows(claim, index.without(seed), family, design)
+        for i in decided:
+            kind = verdict_kind(again[i]["verdict"])
+            if rows[i]["fragile"] == "no" and kind != verdict_kind(rows[i]["verdict"]):
+                rows[i]["fragile"] = f"yes: without seed {seed} it is {kind}"
+
+
+def claim_rows(claim: Claim, index: Index, design: Design) -> list[dict]:
+    """Every row of a claim: its primary family, then its secondary family, each adjusted on its own."""
+    every = cells(claim, index, design)
+    out = []
+    for role in ("primary", "secondary"):
+        family = [c for c in every if c.role == role]
+        rows = family_rows(claim, index, family, design)
+        add_family_levels(claim, index, family, rows, design)
+        fragility(claim, index, family, rows, design)
+        out += rows
+    return out
+
+
+def evidence(row: dict) -> str:
+    """What kind of evidence a row is."""
+    kind = verdict_kind(row["verdict"])
+    if kind == "holds by construction":
+        return "construction"
+    if kind in ("not measured", "not testable", "n = 1"):
+        return "none"
+    where = f"Holm over the claim's {row['family']} {row['role']} rows"
+    if kind == "degenerate":
+        return f"degenerate model ({row['n']} seeds; tested, {where})"
+    if row["test"] == "Fisher exact":
+        return f"Fisher exact test, {row['n']} runs per arm or more, {where}"
+    return f"exact sign-flip test, {row['n']} paired seeds, {where}"
+
+
+COLUMNS = [
+    "claim", "group", "role", "paper", "metric", "direction", "kind", "test", "mode", "slot", "lr", "lora", "arm",
+    "ref", "n",
+    "dropped", "arm_mean", "arm_ci", "ref_mean", "ref_ci", "diff", "diff_ci_low", "diff_ci_high", "p", "family",
+    "p_holm", "adj_ci_low", "adj_ci_high", "mde", "untied_n", "untied_diff", "untied_ci_low", "untied_ci_high",
+    "untied_p", "arm_untied_diff", "arm_untied_p", "untied_polar", "untied_valid", "control", "control_diff",
+    "control_ci_low", "control_ci_high", "evidence", "verdict", "fragile", "note",
+]  # fmt: skip
+
+
+def claims_from_seeds(seeds: pd.DataFrame, design: Design | None = None) -> pd.DataFrame:
+    """The claims table from the per-seed table (module docstring)."""
+    design = design or Design()
+    index = Index(seeds)
+    rows = [r for c in CLAIMS for r in claim_rows(c, index, design)]
+    for r in rows:
+        r["evidence"] = evidence(r)
+        del r["tested"]
+    table = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    if len(table) and not table["control"].notna().any():  # no row has an extra control (no tt-norewarm)
+        table = table.drop(columns=[c for c in table.columns if c.startswith("control_") or c == "control"])
+    return table
+
+
+def claims_table(results, design: Design | None = None) -> pd.DataFrame:
+    """The claims table of the runs under `results` (pretrain/, diagnostics/, posttrain/)."""
+    from pit.reporting.per_seed import per_seed_table
+
+    return claims_from_seeds(per_seed_table(results), design)
+
+
+# ---- sentences from the numbers: the summary, the reading, the notes ----------------------------------------------
+KIND_ORDER = ["holds by construction", "supported", "contradicted", "not specific to PIT", "inconclusive",
+              "degenerate", "n = 1", "not testable", "not measured"]  # fmt: skip
+GENERIC_READINGS = {
+    "holds by construction": "true of PIT by definition: it confirms the implementation, not a hypothesis",
+    "not measured": "the runs that measure it are missing",
+}
+
+
 def overall(kinds: list[str]) -> str:
-    """One verdict for a claim from its rows' kinds."""
+    """One verdict for a claim from its primary rows' kinds."""
+    if not kinds:
+        return "not measured"
     if all(k == "holds by construction" for k in kinds):
         return "holds by construction"
     if "supported" in kinds and "contradicted" in kinds:
@@ -398,45 +766,77 @@ def overall(kinds: list[str]) -> str:
     return "not testable" if "not testable" in kinds else "not measured"
 
 
-def headline(rows: pd.DataFrame, kind: str) -> pd.Series:
-    """The row that shows a claim's overall verdict best: of its kind (any row for `mixed`), the smallest
-    adjusted p, else the first."""
-    of_kind = rows if kind == "mixed" else rows[[verdict_kind(v) == kind for v in rows["verdict"]]]
-    of_kind = of_kind if len(of_kind) else rows
-    return of_kind.sort_values("p_holm", na_position="last").iloc[0]
+def _g(x: float) -> str:
+    return "inf" if x == math.inf else "-inf" if x == -math.inf else f"{x:.3g}"
 
 
-def effect_text(row: pd.Series) -> str:
-    """`arm (mode, cell): PIT - TT = d [lo, hi], n = k` for the summary."""
-    where = [row["mode"], row["slot"]]
+def where_text(row) -> str:
+    """`mode slot[, LoRA task][, lr x]` of a row."""
+    parts = [row["mode"], row["slot"]]
     if isinstance(row["lora"], str) and row["lora"]:
-        where.append(f"LoRA {row['lora']}")
-    if row["claim"].startswith("stability_spikes") and math.isfinite(row["lr"]):
-        where.append(f"lr {row['lr']:g}")
-    if not math.isfinite(row["diff"]):
-        return f"{row['arm']} ({', '.join(where)})"
-    interval = (
-        "" if not math.isfinite(row["diff_ci_low"]) else f" [{row['diff_ci_low']:.3g}, {row['diff_ci_high']:.3g}]"
-    )
-    return f"{row['arm']} ({', '.join(where)}): {row['arm']} - TT = {row['diff']:.3g}{interval}, n = {int(row['n'])}"
+        parts.append("mean over the LoRA tasks" if row["lora"] == POOLED else f"LoRA {row['lora']}")
+    if isinstance(row["lr"], float) and math.isfinite(row["lr"]) and row["claim"].startswith("stability"):
+        parts.append(f"lr {row['lr']:g}")
+    return " ".join(parts[:2]) + "".join(f", {p}" for p in parts[2:])
+
+
+def row_sentence(row) -> str:
+    """One row's result in words, every number from the row: the effect, both intervals, p, n, drops, and what the
+    verdict rests on (fragility, the minimal detectable effect, the reason a row is not tested)."""
+    kind = verdict_kind(row["verdict"])
+    head = f"{row['arm']} - {row['ref']} ({where_text(row)})"
+    if kind in ("not testable", "not measured", "n = 1", "holds by construction"):
+        value = f" = {_g(row['diff'])}, n = {int(row['n'])}" if math.isfinite(row["diff"]) else ""
+        return f"{head}{value}: {row['verdict']}"
+    if row["test"] == "Fisher exact":
+        text = f"{head}: {row['note']}; Fisher p = {row['p']:.2g} (Holm over {row['family']}: {row['p_holm']:.2g})"
+    else:
+        text = (
+            f"{head} = {_g(row['diff'])}, 95% [{_g(row['diff_ci_low'])}, {_g(row['diff_ci_high'])}], at the family's "
+            f"level ({row['family']} rows) [{_g(row['adj_ci_low'])}, {_g(row['adj_ci_high'])}]; exact p = "
+            f"{row['p']:.2g}, Holm {row['p_holm']:.2g}; n = {int(row['n'])}"
+        )
+        text += f", {int(row['dropped'])} seeds dropped (diverged or undefined)" if row["dropped"] else ""
+    if kind == "degenerate":
+        text += f"; {row['verdict']}"
+    if kind == "inconclusive" and row["role"] == "primary":
+        mde = row["mde"]
+        text += (
+            f"; with {int(row['n'])} seeds the exact test cannot reach the family's level: no effect is detectable"
+            if mde == math.inf
+            else f"; the smallest effect this design detects with 80% power: {_g(mde)}"
+            if math.isfinite(mde)
+            else ""
+        )
+    if isinstance(row["fragile"], str) and row["fragile"]:
+        text += "; robust to dropping any one seed" if row["fragile"] == "no" else f"; fragile ({row['fragile']})"
+    if kind == "not specific to PIT":
+        text += f"; {row['verdict'].removeprefix('not specific to PIT: ')}"
+    if isinstance(row["note"], str) and row["note"] and row["test"] != "Fisher exact":
+        text += f"; {row['note']}"
+    return text
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per claim: its overall verdict, how its rows split, the headline row's effect and the reading."""
+    """One row per claim: its verdict (from its primary rows), whether it is fragile, the primary rows in words and the
+    secondary rows counted by kind."""
     out = []
     for claim in CLAIMS:
         rows = table[table["claim"] == claim.id]
         if rows.empty:
             continue
-        kinds = [verdict_kind(v) for v in rows["verdict"]]
-        kind = overall(kinds)
-        counts = ", ".join(f"{k} {kinds.count(k)}" for k in KIND_ORDER if k in kinds)
-        top = headline(rows, kind)
+        prim = rows[rows["role"] == "primary"]
+        if claim.role == "secondary":  # a secondary metric: its rows of the primary arms against TT, in words
+            prim = rows[[a == PRIMARY_ARM and ref == "tt" for a, ref in zip(rows["arm"], rows["ref"])]]
+        kinds = [verdict_kind(v) for v in prim["verdict"]]
+        kind = overall(kinds) if claim.role == "primary" else "exploratory"
+        fragile = any(isinstance(f, str) and f.startswith("yes") for f in prim["fragile"])
+        sec = [verdict_kind(v) for v in rows[rows["role"] == "secondary"]["verdict"]]
+        counts = ", ".join(f"{k} {sec.count(k)}" for k in KIND_ORDER if k in sec)
         reading = claim.readings.get(kind) or GENERIC_READINGS.get(kind, "")
-        if kind == "not testable" and not claim.readings.get(kind):
-            reading = top["verdict"].removeprefix("not testable: ")
         out.append({"group": claim.group, "claim": claim.id, "title": claim.title, "where": claim.where,
-                    "verdict": kind, "rows": f"{len(rows)} rows: {counts}", "effect": effect_text(top),
+                    "verdict": kind, "fragile": fragile, "primary": [row_sentence(r) for _, r in prim.iterrows()],
+                    "secondary": f"secondary rows ({len(sec)}): {counts}" if sec else "",
                     "reading": reading})  # fmt: skip
     return pd.DataFrame(out)
 
@@ -449,27 +849,65 @@ def summary_markdown(table: pd.DataFrame) -> str:
         part = s[s["group"] == group]
         if part.empty:
             continue
-        lines.append(f"**{group.replace('_', ' ').capitalize()}**")
-        lines.append("")
+        lines += [f"**{group.replace('_', ' ').capitalize()}**", ""]
         for r in part.itertuples(index=False):
-            reading = r.reading[:1].upper() + r.reading[1:]
-            lines.append(f"- {r.title} ({r.where}): **{r.verdict}** ({r.rows}). {r.effect}. {reading}.")
+            tag = " (fragile)" if r.fragile else ""
+            if r.verdict == "exploratory":
+                label, head = "secondary metric, exploratory", "The primary arm's rows"
+            else:
+                label, head = f"**{r.verdict}**{tag}", "Primary"
+            text = "; ".join(r.primary) if r.primary else "none: the primary arm did not run"
+            extra = "".join(f" {x[:1].upper()}{x[1:]}." for x in (r.reading, r.secondary) if x)
+            lines.append(f"- {r.title} ({r.where}): {label}. {head}: {text}.{extra}")
         lines.append("")
     return "\n".join(lines).strip() + "\n"
 
 
-def table_notes() -> list[str]:
+def reading_markdown(table: pd.DataFrame) -> str:
+    """The reading of the table, by verdict (docs/study.md): every claim under its verdict with its primary effect;
+    every number and count comes from the table."""
+    s = summary(table)
+    s = s[s["verdict"] != "exploratory"]
+    lines = []
+    for kind in ["supported", "contradicted", "mixed", "not specific to PIT", "inconclusive", "degenerate",
+                 "not testable", "n = 1", "holds by construction", "not measured"]:  # fmt: skip
+        part = s[s["verdict"] == kind]
+        if part.empty:
+            continue
+        fragile = int(part["fragile"].sum())
+        note = f" ({fragile} of them fragile: one seed fewer changes the verdict)" if fragile else ""
+        lines.append(f"- **{kind.capitalize()}** ({len(part)} claims{note}):")
+        for r in part.itertuples(index=False):
+            lines.append(f"  - {r.title}: {'; '.join(r.primary)}.")
+    decided = table[(table["role"] == "secondary") & table["verdict"].map(lambda v: verdict_kind(v) in DECIDED)]
+    lines.append(
+        f"- **Secondary rows** (variants, other cells and metrics; exploratory, Holm within each claim's secondary "
+        f"rows): {len(decided)} of {int((table['role'] == 'secondary').sum())} decided; they never set a claim's "
+        "verdict."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def table_notes(design: Design | None = None) -> list[str]:
     """How each verdict is reached and each metric computed (printed under the Markdown table)."""
+    design = design or Design()
     seen = {}
     for c in CLAIMS:
         seen.setdefault(c.metric, c.how)
+    primary = ", ".join(f"{m}: `{a}`" for m, a in design.primary.items())
+    matched = f"; teacher-mode loss: against `{design.matched}`" if design.matched else ""
     return [
-        "Verdicts, in the order they are decided: `holds by construction` (the metric is PIT's definition; no test); "
-        "`not testable` / `not measured` / `n = 1, no interval`; `degenerate: <arm>: <why>` (validation loss at or "
-        f"above the unigram entropy of its split, or within {NEAR_UNIFORM} nats of ln V); then on the Holm-adjusted p "
-        f"(`p_holm`, over every tested row) at {ALPHA}: `supported` / `contradicted` (the paper's side of `direction` "
-        "or the other), else `inconclusive` (not resolved at this scale and seed count, not 'no effect'); a supported "
-        "consistency claim whose untied control shows the same effect (untied - TT, p <= 0.05) is `not specific to "
-        "PIT`. Intervals: 95% paired Student-t over seeds; `p_perm`: exact sign-flip p where n >= 6.",
+        f"Design, declared before the run: primary rows are the paper's configuration ({primary}; Z frozen, T = I) "
+        f"against TT{matched}; every other row is `secondary` (exploratory). Tests: exact sign-flip over paired seeds "
+        "(Fisher's exact test for one rate's diverged runs); `diff_ci_*` its exact 95% interval, `adj_ci_*` the "
+        f"interval at alpha / m of the row's family (m = `family`); `p_holm`: Holm over the claim's "
+        f"primary rows, and separately over its secondary rows, at alpha = {design.alpha}. Verdicts, in the order "
+        "they are decided: `holds by construction`; `not testable` / `not measured` / `n = 1, no interval`; "
+        f"`degenerate: <arm>: <why>` (validation loss at or above the unigram entropy of its split, within "
+        f"{NEAR_UNIFORM} nats of ln V, or no finite loss; not for loss and stability claims, where not learning is the "
+        "outcome); `supported` / `contradicted`; `inconclusive` (`mde`: the smallest effect the design detects with "
+        f"{design.power:.0%} power at the family's level); `not specific to PIT` where a valid untied control (polar "
+        f"cosine distance >= {CONTROL_MIN_POLAR}) shows the same effect. `fragile`: whether dropping one seed from the "
+        "family changes a decided verdict. Diverged runs are dropped from loss rows (`dropped`), never imputed.",
         "\n".join(f"- `{metric}`: {how}." for metric, how in seen.items()),
     ]

@@ -479,7 +479,7 @@ def claim_panel(ax, claim, mode: str, cells: list[tuple[str, str, dict, dict]]) 
     import textwrap
     from collections import Counter
 
-    from pit.reporting.claims import finite, verdict_kind
+    from pit.reporting.claims import finite
     from pit.reporting.stats import t_interval
 
     arms = sorted({a for *_, runs, _ in cells for a in runs}, key=method_order)
@@ -506,12 +506,12 @@ def claim_panel(ax, claim, mode: str, cells: list[tuple[str, str, dict, dict]]) 
     ax.set_title(textwrap.fill(claim_title(claim, mode), 56), fontsize=10)
     ax.set_ylabel(textwrap.fill(claim_ylabel(claim), 34), fontsize=9)
     verdicts: dict[str, Counter] = {}
-    for *_, per_arm in cells:
-        for arm, verdict in per_arm.items():
-            verdicts.setdefault(arm, Counter())[verdict_kind(verdict)] += 1
+    for *_, per_row in cells:
+        for who, verdict in per_row.items():
+            verdicts.setdefault(who, Counter())[verdict] += 1
     lines = [
-        f"{METHOD_NAME.get(a, a)} vs TT: " + ", ".join(f"{k} ({n})" if len(cells) > 1 else k for k, n in c.items())
-        for a, c in sorted(verdicts.items(), key=lambda kv: method_order(kv[0]))
+        f"{who}: " + ", ".join(f"{k} ({n})" if len(cells) > 1 else k for k, n in c.items())
+        for who, c in sorted(verdicts.items(), key=lambda kv: ("[primary]" not in kv[0], kv[0]))
     ]
     ax.set_xlabel("\n".join(textwrap.fill(line, 60) for line in lines), fontsize=9)
     ax.grid(alpha=0.3)
@@ -524,6 +524,33 @@ def panel_order(mode: str, slot: str, task: str | None) -> tuple:
     return MODE_ORDER.get(mode, 9), slot_key(slot), TASK_ORDER.get(task or "", -1), task or ""
 
 
+def row_label(row) -> tuple[str, str]:
+    """(who, verdict) of a claims row for a panel's footer: `PIT vs TT-matched [primary]`, the verdict's kind and
+    `fragile` where one seed fewer changes it."""
+    from pit.reporting.claims import verdict_kind
+
+    who = f"{METHOD_NAME.get(row['arm'], row['arm'])} vs {METHOD_NAME.get(row['ref'], row['ref'])}"
+    fragile = " (fragile)" if str(row["fragile"]).startswith("yes") else ""
+    return who + (" [primary]" if row["role"] == "primary" else ""), verdict_kind(row["verdict"]) + fragile
+
+
+def panel_runs(claim, index, mode: str, part) -> dict:
+    """arm -> seed -> value of one panel cell: each row's arm and reference, as the claims table tested them
+    (a sweep group's per-seed measure for group rows)."""
+    from pit.reporting.claims import Cell, cell_values
+
+    runs = {}
+    for r in part.itertuples(index=False):
+        if r.kind == "fisher":
+            by_arm = index.runs(mode, r.slot, "", claim.key)
+            runs.update({a: by_arm.get(a, {}) for a in (r.arm, r.ref)})
+        else:
+            a, ref, _, _ = cell_values(claim, index, Cell(mode, r.slot, r.lora, r.arm, r.ref, r.role, r.kind))
+            runs.setdefault(r.arm, a)
+            runs.setdefault(r.ref, ref)
+    return runs
+
+
 def claim_panels(group: str, table, index) -> tuple[list, list[str]]:
     """The panels of a group: (claim, mode, cells) per claim and mode with a measured value, cells in size order;
     and the claims left out because every value of every arm is 0 (nothing to draw)."""
@@ -531,13 +558,13 @@ def claim_panels(group: str, table, index) -> tuple[list, list[str]]:
 
     panels, zero = [], []
     for c in [c for c in CLAIMS if c.group == group]:
-        rows = table[table["claim"] == c.id]
+        rows = table[(table["claim"] == c.id) & (table["kind"] != "slope")]
         for mode in sorted(set(rows["mode"]), key=lambda m: MODE_ORDER.get(m, 9)):
             cells = []
             for (slot, task), part in rows[rows["mode"] == mode].groupby(["slot", "lora"], sort=False):
-                runs = index.runs(mode, slot, task, c.key)
+                runs = panel_runs(c, index, mode, part)
                 if any(finite(v) for v in runs.values()):
-                    cells.append((slot, task, runs, dict(zip(part["arm"], part["verdict"], strict=True))))
+                    cells.append((slot, task, runs, dict(row_label(r) for _, r in part.iterrows())))
             cells.sort(key=lambda cell: panel_order(mode, cell[0], cell[1]))
             if cells and all(v == 0 for *_, runs, _ in cells for r in runs.values() for v in finite(r).values()):
                 zero.append(claim_title(c, mode))
@@ -579,16 +606,16 @@ def claims_group_figure(group: str, panels: list, zero: list[str], out: Path, pr
     save(fig, out)
 
 
-def claims(results: Path, out_dir: Path, profile: str, study: bool = False) -> list[Path]:
+def claims(results: Path, out_dir: Path, profile: str, study: bool = False, design: dict | None = None) -> list[Path]:
     """claims_<group>.png for every group of claims (pit/reporting/claims.py GROUPS): one panel per claim x mode,
     the cells (slot, LoRA task) along its x axis, from the per-seed table, with the claims table's verdicts; claims
     whose every value is 0 are named under the figure instead of drawn; a group with nothing to draw gets a PNG that
     says so. With `study`, also study_frontier.png and study_teacher_gap.png."""
-    from pit.reporting.claims import GROUPS, Index, claims_from_seeds
+    from pit.reporting.claims import GROUPS, Design, Index, claims_from_seeds
     from pit.reporting.per_seed import per_seed_table
 
     seeds = per_seed_table(results)
-    index, table = Index(seeds), claims_from_seeds(seeds)
+    index, table = Index(seeds), claims_from_seeds(seeds, Design.from_dict(design))
     seeded = bool(len(table)) and table["n"].max() > 1
     written = []
     for group in GROUPS:
@@ -629,21 +656,32 @@ def frontier_figure(df, out: Path, profile: str) -> Path:
 
 
 def gap_figure(df, out: Path, profile: str) -> Path:
-    """Teacher mode: each arm's validation-loss gap to TT against the step, mean over seeds with its 95% band."""
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
-    for (slot, arm), part in [] if df.empty else df.groupby(["slot", "arm"], sort=False):
-        style = arm_style(arm)
-        ax.plot(part["step"], part["gap"], **{**style, "label": f"{METHOD_NAME.get(arm, arm)} ({slot})"})
-        ax.fill_between(part["step"], part["gap_ci_low"], part["gap_ci_high"], color=style["color"], alpha=0.15)
-    ax.axhline(0, color="k", lw=0.8)
-    ax.set_xlabel("continued-pretraining step")
-    ax.set_ylabel("validation loss - TT's (nats/token)")
-    ax.set_yscale("symlog", linthresh=0.05)
-    ax.grid(alpha=0.3)
-    if df.empty:
-        ax.text(0.5, 0.5, "no teacher-mode learning curves", ha="center", va="center", transform=ax.transAxes)
-    else:
+    """Teacher mode: the validation-loss gap of each arm to its reference against the step, mean over seeds with its
+    95% band; one panel per reference (the matched-start control first: PIT's training; then TT: end to end), the
+    constant-rate tail's start dotted. Lower is better for the arm; 0 = as good as the reference."""
+    refs = [] if df.empty else sorted(set(df["ref"]), key=lambda r: (r == "tt", r))
+    fig, axes = plt.subplots(1, max(len(refs), 1), figsize=(6.0 * max(len(refs), 1), 4.2), squeeze=False,
+                             layout="constrained")  # fmt: skip
+    for ax, ref in zip(axes.flat, refs, strict=False):
+        part_ref = df[df["ref"] == ref]
+        for (slot, arm), part in part_ref.groupby(["slot", "arm"], sort=False):
+            style = arm_style(arm)
+            ax.plot(part["step"], part["gap"], **{**style, "label": f"{METHOD_NAME.get(arm, arm)} ({slot})"})
+            ax.fill_between(part["step"], part["gap_ci_low"], part["gap_ci_high"], color=style["color"], alpha=0.15)
+        tail = part_ref["tail_start"].dropna()
+        if len(tail):
+            ax.axvline(tail.iloc[0], color="gray", ls=":", lw=1, label="constant-rate tail")
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xlabel("continued-pretraining step")
+        ax.set_ylabel(f"validation loss - {METHOD_NAME.get(ref, ref)}'s (nats/token; lower is better)")
+        ax.set_yscale("symlog", linthresh=0.05)
+        ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"Teacher mode: does the gap to TT close? ({profile})")
+        what = "PIT's training (same function at step 0)" if ref != "tt" else "end to end (TT keeps the teacher)"
+        ax.set_title(f"gap to {METHOD_NAME.get(ref, ref)}: {what}", fontsize=9)
+    if df.empty:
+        axes[0][0].text(0.5, 0.5, "no teacher-mode learning curves", ha="center", va="center",
+                        transform=axes[0][0].transAxes)  # fmt: skip
+    fig.suptitle(f"Teacher mode: does the gap close? ({profile})")
     save(fig, out)
     return out

@@ -7,10 +7,15 @@ table alone, and so can anyone else (scripts/check_claims.py does, with numpy an
 
 Metrics of a pretraining run (pretrain/<run>/summary.json, metrics.jsonl, run.json):
   val_loss, first_loss, final_train_loss, log_vocab (ln V), unigram_entropy (of the run's validation split, nats),
-  lr, max_delta_ti, early_rise, early_rise_noise, early_rise_excess, loss_noise, spikes, nonfinite_steps,
-  diverged (1: the run ended with a non-finite validation loss or no lower than its first loss), max_rise,
-  val_loss@<step> (the learning curve); lr_sensitivity (per sweep group: the worst minus the best validation loss
-  over its learning rates, for the seeds every rate ran; a diverged run counts as ln V).
+  lr, max_delta_ti, early_rise, early_rise_noise, early_rise_excess, loss_noise, spikes, nonfinite_steps, max_rise,
+  val_loss@<step> (the learning curve); diverged (1: the run ended with a non-finite validation loss, one no lower
+  than its first loss, or was recorded as diverged in its summary: non-finite weights, too many skipped steps, stopped
+  after stop_after_nonfinite non-finite steps), diverged_at (the first step of the non-finite stretch the run ended
+  in, NaN for a run that did not end non-finite), tail_start (decay_steps: where a constant-rate tail begins). A
+  run that diverged has no loss measures: its val_loss, val_loss@*, early rise and max rise are NaN (an outcome,
+  not a number), and its spikes are NaN when it diverged before the count starts (the end of warmup). The
+  learning-rate sweep's group measures (diverged rates, spikes over the rates both arms ran, lr sensitivity) are
+  made from these by the claims table (pit.reporting.claims), not here.
 Of a diagnosis (diagnostics/<run>/diagnostics.json): raw_cosine, polar_cosine, lens_kl_ratio, lens_ce_gap,
   lens_mean_kl_bits, lens_mean_ce_bits, final_entropy_bits.
 Of a LoRA run on task k (posttrain/<run>/<k>/): lora_kl, lora_val_loss_change, nll_before, nll_after,
@@ -18,7 +23,8 @@ Of a LoRA run on task k (posttrain/<run>/<k>/): lora_kl, lora_val_loss_change, n
   NaN where gain <= 0), indomain_score, transfer_nll_change and transfer_score (its out-of-domain task: HumanEval
   after MBPP, SVAMP after GSM8K), and with a frontier (frontier.json) frontier_gain@<lr>, frontier_kl@<lr>,
   matched_gain and kl_at_matched_gain (KL interpolated at one gain shared by every arm of the cell: the smallest
-  of the arm-seeds' largest gains, on the piecewise-linear KL-vs-gain curve through (0, 0) and the points).
+  of the arm-seeds' largest gains, on the piecewise-linear KL-vs-gain curve through (0, 0) and the points);
+  indomain_problems and transfer_problems (the evaluation sets' sizes: a score moves in steps of 100 / N points).
 """
 
 from __future__ import annotations
@@ -71,6 +77,17 @@ def _f(value) -> float:
     return math.nan if value is None else float(value)
 
 
+def diverged_at(summary: dict, losses: list[float]) -> float:
+    """The first step of the non-finite stretch a run ended in (summary's `diverged_at_step` where the run was stopped
+    in one), NaN when its last loss is finite."""
+    if summary.get("diverged_at_step") is not None:
+        return float(summary["diverged_at_step"])
+    if not losses or math.isfinite(losses[-1]):
+        return math.nan
+    finite_steps = [i for i, v in enumerate(losses) if math.isfinite(v)]
+    return float(finite_steps[-1] + 2 if finite_steps else 1)
+
+
 def pretrain_metrics(summary: dict, rows: list[dict], run_json: dict) -> dict[str, float]:
     """The metrics of one pretraining run (module docstring)."""
     params = run_json.get("params", {})
@@ -80,8 +97,10 @@ def pretrain_metrics(summary: dict, rows: list[dict], run_json: dict) -> dict[st
     warmup = train.get("warmup_steps", 0)
     val, first = _f(summary.get("val_loss")), _f(summary.get("first_step_loss"))
     deltas = [r["delta_ti"] for r in rows if r.get("delta_ti") is not None and math.isfinite(r["delta_ti"])]
+    diverged = not math.isfinite(val) or (math.isfinite(first) and val >= first) or bool(summary.get("diverged"))
+    at = diverged_at(summary, losses)
     out = {
-        "val_loss": val,
+        "val_loss": math.nan if diverged else val,
         "first_loss": first,
         "final_train_loss": _f(summary.get("final_train_loss")),
         "log_vocab": math.log(vocab) if vocab else math.nan,
@@ -89,16 +108,19 @@ def pretrain_metrics(summary: dict, rows: list[dict], run_json: dict) -> dict[st
         "lr": _f(train.get("lr")),
         "max_delta_ti": max(deltas) if deltas else math.nan,
         "nonfinite_steps": float(sum(r.get("event") == "nonfinite" for r in rows)),
-        "diverged": float(not math.isfinite(val) or (math.isfinite(first) and val >= first)),
+        "diverged": float(diverged),
+        "diverged_at": at,
+        "tail_start": _f(train.get("decay_steps")),  # the first step of a constant-rate tail (NaN: none)
     }
     if losses:
-        out.update(early_rise(losses, EARLY_FRACTION, SMOOTH_WINDOW))
-        out["spikes"] = float(spikes(losses, warmup, SPIKE_WINDOW, SPIKE_SIGMAS))
-        out["max_rise"] = max_rise(losses, warmup, SMOOTH_WINDOW)
-    for r in rows:
+        rise = early_rise(losses, EARLY_FRACTION, SMOOTH_WINDOW)
+        out.update(dict.fromkeys(rise, math.nan) if diverged else rise)
+        out["spikes"] = math.nan if at <= warmup else float(spikes(losses, warmup, SPIKE_WINDOW, SPIKE_SIGMAS))
+        out["max_rise"] = math.nan if diverged else max_rise(losses, warmup, SMOOTH_WINDOW)
+    for r in rows if not diverged else []:
         if r.get("val_loss") is not None:
             out[f"val_loss@{r['step']}"] = float(r["val_loss"])
-    if summary.get("steps") and math.isfinite(val):
+    if summary.get("steps") and not diverged:
         out[f"val_loss@{summary['steps']}"] = val
     return out
 
@@ -136,11 +158,13 @@ def lora_metrics(record: dict, task: str, frontier: dict | None) -> dict[str, fl
         "val_change_per_gain": _per_gain(_f(effects.get("val_loss_change")), gain),
         "indomain_score": _f(record["scores"].get(task)),
     }
+    out["indomain_problems"] = _f(record.get("problems", {}).get(task))
     transfer = [t for t in record["scores"] if t != task]
     if transfer:
         t = transfer[0]
         out["transfer_nll_change"] = _f(record["nll"].get(t)) - _f(record["base_nll"].get(t))
         out["transfer_score"] = _f(record["scores"].get(t))
+        out["transfer_problems"] = _f(record.get("problems", {}).get(t))
     if frontier:
         out["lora_lr"] = _f(frontier.get("lora_lr"))
         for p in frontier["points"]:
@@ -188,28 +212,6 @@ def add_matched_gain(table: list[dict]) -> list[dict]:
     return out
 
 
-def lr_sensitivity(table: list[dict]) -> list[dict]:
-    """Per sweep group, arm and seed that ran every learning rate of the group: max - min of val_loss over them, a
-    non-finite val_loss (a diverged run) counted as ln V, the loss of predicting nothing."""
-    vals: dict[tuple, dict[str, float]] = {}
-    slots: dict[tuple, set] = {}
-    log_v = {(r["mode"], r["slot"], r["arm"], r["seed"]): r["value"] for r in table if r["metric"] == "log_vocab"}
-    for r in table:
-        if r["metric"] == "val_loss" and not r["lora"]:
-            value = r["value"] if math.isfinite(r["value"]) else log_v.get((r["mode"], r["slot"], r["arm"], r["seed"]))
-            vals.setdefault((r["mode"], r["group"], r["arm"], r["seed"]), {})[r["slot"]] = value
-            slots.setdefault((r["mode"], r["group"]), set()).add(r["slot"])
-    out = []
-    for (mode, group, arm, seed), by_slot in vals.items():
-        every = slots[(mode, group)]
-        if len(every) > 1 and set(by_slot) == every:
-            x = list(by_slot.values())
-            value = max(x) - min(x) if all(v is not None and math.isfinite(v) for v in x) else math.nan
-            out.append({"mode": mode, "slot": group, "group": group, "lora": "", "arm": arm, "seed": seed,
-                        "metric": "lr_sensitivity", "value": value})  # fmt: skip
-    return out
-
-
 def _rows(mode: str, slot: str, arm: str, seed, group: str, lora: str, metrics: dict[str, float]) -> list[dict]:
     """The per-seed rows of one run's metrics (seed -1 for a run of a profile without seeds)."""
     base = {"mode": mode, "slot": slot, "group": group, "lora": lora, "arm": arm, "seed": -1 if seed is None else seed}
@@ -242,5 +244,5 @@ def per_seed_table(results: str | Path, stages: tuple[str, ...] = STAGES) -> pd.
                 path = folder / task / "frontier.json"
                 metrics = lora_metrics(record, task, read_json(path) if path.is_file() else None)
                 table += _rows(r["mode"], r["slot"], r["interface"], r["seed"], r["slot"], task, metrics)
-    table += add_matched_gain(table) + lr_sensitivity(table)
+    table += add_matched_gain(table)
     return pd.DataFrame(table, columns=COLUMNS)

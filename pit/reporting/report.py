@@ -213,14 +213,16 @@ def claims_findings(tables: Path) -> list[str]:
     if table is None:
         return []
     s = summary(table)
-    kinds = [k for k in ["mixed", *KIND_ORDER] if k in set(s["verdict"])]
+    kinds = [k for k in ["mixed", *KIND_ORDER, "exploratory"] if k in set(s["verdict"])]
     counts = ", ".join(f"{(s['verdict'] == k).sum()} `{k}`" for k in kinds)
-    lines = [f"- The paper's {len(s)} claims, overall verdict at this scale: {counts} (section below)."]
+    lines = [f"- The paper's {len(s)} claims, verdict of each claim's primary test at this scale: {counts} (section "
+             "below)."]  # fmt: skip
     decided = s[s["verdict"].isin(["supported", "contradicted", "mixed", "not specific to PIT"])]
     if decided.empty:
-        lines.append("- No claim is decided either way at this scale.")
+        lines.append("- No claim's primary test is decided either way at this scale.")
     for r in decided.itertuples(index=False):
-        lines.append(f"- {r.title}: **{r.verdict}**. {r.effect}.")
+        tag = " (fragile: one seed fewer changes it)" if r.fragile else ""
+        lines.append(f"- {r.title}: **{r.verdict}**{tag}. {'; '.join(r.primary)}.")
     return lines
 
 

@@ -1,24 +1,31 @@
-"""The statistics of the claims table (docs/study.md, "Statistics"): paired differences over seeds.
+"""The statistics of the claims table (docs/study.md, "Statistics"): exact tests of paired differences over seeds.
 
-- t_interval: mean +- t(0.975, n-1) sd / sqrt(n), the 95% Student-t interval of a mean.
-- t_test_p: the two-sided p of the one-sample t-test of mean = 0 (paired differences), t = mean / (sd / sqrt(n)).
-  Differences that are all equal (sd = 0: e.g. a binary outcome, "diverged at every seed") leave t undefined; there
-  the exact sign-flip p of the same mean stands in, 2 / 2^n (0.25 for n = 3), never a spurious 0.
-- sign_flip_p: the exact two-sided sign-flip permutation p of the same mean, over all 2^n sign patterns
-  (p = #{patterns with |mean| >= |observed mean|} / 2^n); its smallest value is 2 / 2^n, so it is reported
-  where n >= 6 (2 / 64 < 0.05).
+- sign_flip: the exact paired randomization test of the mean difference (Fisher's sign-flip test) and the
+  confidence interval that inverts it. Under H0 the n paired differences d_i are symmetric about 0, so each of the
+  2^n sign patterns is equally likely. One-sided p_upper = #{patterns s: sum s_i d_i >= sum d_i} / 2^n, which is
+  (1 + #{non-empty subsets S: mean_S(d) <= 0}) / 2^n (flipping S lowers the sum by 2 sum_S d); p_lower likewise with
+  >= 0; the two-sided p is min(1, 2 min(p_upper, p_lower)). Its smallest value is 2 / 2^n (0.031 for n = 6).
+  The interval at level alpha (Hartigan 1969): the 2^n - 1 subset means split the line into 2^n intervals that hold
+  the centre of symmetry with equal probability, so [m_(k), m_(2^n - k)] with k = floor(alpha 2^n / 2) (m_(j) the
+  j-th smallest subset mean) has coverage >= 1 - alpha, and excludes 0 exactly when p <= alpha; k = 0 (n too small
+  for alpha) gives (-inf, inf).
+- fisher_p: Fisher's exact two-sided test of two proportions (a binary outcome per run, e.g. diverged or not).
 - holm: Holm-Bonferroni adjusted p-values over a family of tests (Holm 1979): with the m p-values sorted,
   p_adj(i) = max_{j <= i} min(1, (m - j + 1) p(j)); a test is rejected at level alpha when p_adj <= alpha.
+- min_detectable: the smallest true mean difference the design detects with probability `power` at level alpha
+  (two-sided): (t_{1 - alpha/2, n-1} + t_{power, n-1}) sd / sqrt(n), the normal-theory approximation of the exact
+  test's power; infinite where the exact test cannot reach alpha at all (2 / 2^n > alpha).
+- t_interval: mean +- t(0.975, n-1) sd / sqrt(n), the 95% Student-t interval of a mean (the arms' own spread).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-PERMUTATION_MIN_N = 6  # the smallest n whose exact sign-flip p can fall below 0.05
+EXACT_MAX_N = 20  # 2^20 sign patterns: the exact test and interval up to here (the profiles use <= 10 seeds)
 
 
 def t_interval(values: list[float]) -> tuple[float, float]:
@@ -35,30 +42,66 @@ def t_interval(values: list[float]) -> tuple[float, float]:
     return mean, float(t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
 
 
-def t_test_p(values: list[float]) -> float:
-    """Two-sided p of the one-sample t-test of mean 0 (NaN for n < 2); equal values (sd = 0): the exact sign-flip p."""
+def subset_means(values: list[float]) -> np.ndarray:
+    """The means of all 2^n - 1 non-empty subsets of `values`, sorted (float64)."""
+    x = np.asarray(values, dtype=np.float64)
+    n = len(x)
+    if n > EXACT_MAX_N:
+        raise ValueError(f"{n} paired values; the exact test enumerates at most {EXACT_MAX_N}")
+    masks = (np.arange(1, 2**n)[:, None] >> np.arange(n)) & 1
+    return np.sort(masks @ x / masks.sum(axis=1))
+
+
+@dataclass(frozen=True)
+class SignFlip:
+    """The exact sign-flip test of one set of paired differences: its n, mean, two-sided p and the interval."""
+
+    n: int
+    mean: float
+    p: float
+    low: float
+    high: float
+
+
+def sign_flip(values: list[float], alpha: float = 0.05) -> SignFlip:
+    """The exact two-sided sign-flip p of the mean of `values` and the (1 - alpha) interval that inverts it (module
+    docstring). NaN p and interval for n < 1."""
+    n = len(values)
+    if n == 0:
+        return SignFlip(0, math.nan, math.nan, math.nan, math.nan)
+    means = subset_means(values)
+    means[np.abs(means) <= 1e-12 * max(1.0, float(np.abs(means).max()))] = 0.0  # a subset summing to 0 is 0
+    upper = (1 + int(np.sum(means <= 0))) / 2**n
+    lower = (1 + int(np.sum(means >= 0))) / 2**n
+    k = math.floor(alpha * 2**n / 2 + 1e-9)
+    low, high = (-math.inf, math.inf) if k == 0 else (float(means[k - 1]), float(means[len(means) - k]))
+    return SignFlip(n, float(np.mean(values)), min(1.0, 2 * min(upper, lower)), low, high)
+
+
+def smallest_p(n: int) -> float:
+    """The smallest two-sided p the exact sign-flip test can give with n paired values: 2 / 2^n."""
+    return min(1.0, 2.0 / 2**n)
+
+
+def min_detectable(n: int, sd: float, alpha: float, power: float = 0.8) -> float:
+    """The smallest true mean difference detected with probability `power` at two-sided level alpha (module
+    docstring); inf where the exact test cannot reach alpha with n values, NaN for n < 2 or a non-finite sd."""
     from scipy.stats import t
 
-    n = len(values)
-    if n < 2:
+    if n < 2 or not math.isfinite(sd):
         return math.nan
-    mean = sum(values) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    if sd == 0 or sd < 1e-12 * abs(mean):
-        return sign_flip_p(values, min_n=1)
-    return float(2 * t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
+    if smallest_p(n) > alpha:
+        return math.inf
+    return float((t.ppf(1 - alpha / 2, n - 1) + t.ppf(power, n - 1)) * sd / math.sqrt(n))
 
 
-def sign_flip_p(values: list[float], min_n: int = PERMUTATION_MIN_N) -> float:
-    """The exact two-sided sign-flip permutation p of the mean (NaN below `min_n` values)."""
-    n = len(values)
-    if n < min_n:
+def fisher_p(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Fisher's exact two-sided p for k1 of n1 against k2 of n2 (NaN when an arm has no runs)."""
+    from scipy.stats import fisher_exact
+
+    if n1 == 0 or n2 == 0:
         return math.nan
-    x = np.asarray(values, dtype=np.float64)
-    signs = np.array(list(itertools.product((1.0, -1.0), repeat=n)))
-    means = np.abs(signs @ x) / n
-    observed = abs(x.mean())
-    return float(np.mean(means >= observed - 1e-12 * max(observed, 1.0)))
+    return float(fisher_exact([[k1, n1 - k1], [k2, n2 - k2]], alternative="two-sided").pvalue)
 
 
 def holm(pvalues: list[float]) -> list[float]:

@@ -1,10 +1,13 @@
 """The study's supporting tables, from the per-seed table (pit.reporting.per_seed): `pit table stability|teacher_gap|
 frontier --runs results` (docs/study.md).
 
-- stability: per scratch slot of a learning-rate sweep (its lr) and arm, over seeds: loss spikes, non-finite
-  (skipped) steps, diverged runs, the largest regression of the smoothed loss, the final validation loss.
-- teacher_gap: per teacher-mode PIT arm (and untied) and validation step, the gap to TT (arm - TT, paired by seed)
-  with its 95% interval: does it close as continued pretraining goes on?
+- stability: per scratch slot of a learning-rate sweep (its lr) and arm, over seeds: diverged runs (k of n, with the
+  exact Clopper-Pearson 95% interval of the rate), the median step of divergence, loss spikes over the runs where
+  they are defined, non-finite (skipped) steps, the largest regression of the smoothed loss and the final validation
+  loss of the finite runs; and per arm the first learning rate at which most of its runs diverged.
+- teacher_gap: per teacher-mode arm, reference (TT, and for the primary arm the matched-start control) and validation
+  step, the gap arm - reference (paired by seed) with its 95% interval: does it close as continued pretraining goes
+  on? `tail_start` marks where the constant-rate tail begins.
 - frontier: per post-trained cell, arm and LoRA learning rate, the mean in-domain gain and KL over seeds, and the
   KL at the cell's matched gain.
 """
@@ -15,7 +18,7 @@ import math
 
 import pandas as pd
 
-from pit.reporting.claims import Index, finite, paired
+from pit.reporting.claims import Index, finite, is_pit_arm, paired
 from pit.reporting.stats import t_interval
 from pit.reporting.tables import MODE_ORDER, method_order, slot_key
 
@@ -31,26 +34,48 @@ def _mean_ci(values: dict) -> tuple[float, float, int]:
     return mean, half, len(v)
 
 
+def clopper_pearson(k: int, n: int) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) 95% interval of a proportion k / n."""
+    from scipy.stats import beta
+
+    if n == 0:
+        return math.nan, math.nan
+    low = 0.0 if k == 0 else float(beta.ppf(0.025, k, n - k + 1))
+    high = 1.0 if k == n else float(beta.ppf(0.975, k + 1, n - k))
+    return low, high
+
+
 def stability(seeds: pd.DataFrame) -> pd.DataFrame:
     """One row per (sweep slot, arm) of scratch mode (module docstring)."""
     index, rows = Index(seeds), []
     for mode, slot in sorted(index.group, key=lambda k: (MODE_ORDER.get(k[0], 9), index.group[k], slot_key(k[1]))):
         if mode != "scratch":
             continue
-        val = index.runs(mode, slot, "", "val_loss")
-        for arm in sorted(val, key=method_order):
-            mean, half, n = _mean_ci(val[arm])
+        ran = index.runs(mode, slot, "", "diverged")
+        for arm in sorted(ran, key=method_order):
             cell = (mode, slot, "")
+            k, n = int(sum(finite(ran[arm]).values())), len(finite(ran[arm]))
+            low, high = clopper_pearson(k, n)
+            at = list(finite(_get(index, cell, "diverged_at", arm)).values())
+            mean, half, finite_runs = _mean_ci(_get(index, cell, "val_loss", arm))
+            spikes = finite(_get(index, cell, "spikes", arm))
             rows.append({
                 "group": index.group[(mode, slot)], "slot": slot, "lr": _first(_get(index, cell, "lr", arm)),
-                "arm": arm, "seeds": len(val[arm]), "spikes": _sum(_get(index, cell, "spikes", arm)),
+                "arm": arm, "seeds": n, "diverged": k, "diverged_rate": k / n if n else math.nan,
+                "diverged_ci_low": low, "diverged_ci_high": high,
+                "diverged_at_median": float(pd.Series(at).median()) if at else math.nan,
+                "spikes": _sum(spikes), "spike_runs": len(spikes),
                 "nonfinite_steps": _sum(_get(index, cell, "nonfinite_steps", arm)),
-                "diverged": _sum(_get(index, cell, "diverged", arm)),
                 "max_rise": _mean_ci(_get(index, cell, "max_rise", arm))[0], "val_loss": mean, "val_loss_ci": half,
-                "finite_val_runs": n,
+                "finite_val_runs": finite_runs,
             })  # fmt: skip
     df = pd.DataFrame(rows)
-    return df.sort_values(["group", "lr", "arm"], key=_order, kind="stable") if len(df) else df
+    if not len(df):
+        return df
+    df = df.sort_values(["group", "lr", "arm"], key=_order, kind="stable")
+    first = {(g, a): part.loc[part["diverged_rate"] > 0.5, "lr"].min() for (g, a), part in df.groupby(["group", "arm"])}
+    df["first_lr_most_diverged"] = [first[(g, a)] for g, a in zip(df["group"], df["arm"])]
+    return df
 
 
 def _order(col: pd.Series) -> pd.Series:
@@ -66,22 +91,28 @@ def _sum(values: dict) -> float:
 
 
 def teacher_gap(seeds: pd.DataFrame) -> pd.DataFrame:
-    """Per teacher slot, arm (not TT) and validation step: arm - TT of the validation loss, paired by seed."""
+    """Per teacher slot, arm, reference and validation step: arm - reference of the validation loss, paired by seed.
+    References: TT for every arm; the matched-start control (`tt-matched`, or any TT arm initialised at the polar
+    factor) for the PIT arms where it ran."""
     index, rows = Index(seeds), []
     for (mode, slot, lora, metric), runs in index.values.items():
         if mode != "teacher" or lora or not metric.startswith("val_loss@") or "tt" not in runs:
             continue
         step = int(metric.split("@", 1)[1])
-        for arm in runs:
-            if arm == "tt":
-                continue
-            diffs = paired(runs[arm], runs["tt"])
-            mean, half = t_interval(diffs)
-            rows.append({"slot": slot, "arm": arm, "step": step, "n": len(diffs),
-                         "tt_val_loss": _mean_ci(runs["tt"])[0], "arm_val_loss": _mean_ci(runs[arm])[0], "gap": mean,
-                         "gap_ci_low": mean - half, "gap_ci_high": mean + half})  # fmt: skip
+        tail = _first(finite(_get(index, (mode, slot, ""), "tail_start", "tt")))
+        refs = ["tt"] + [a for a in runs if a.startswith("tt-matched")]
+        for ref in refs:
+            for arm in runs:
+                if arm == ref or arm == "tt" or (ref != "tt" and not is_pit_arm(arm)):
+                    continue
+                diffs = paired(runs[arm], runs[ref])
+                mean, half = t_interval(diffs)
+                rows.append({"slot": slot, "arm": arm, "ref": ref, "step": step, "n": len(diffs),
+                             "ref_val_loss": _mean_ci(runs[ref])[0], "arm_val_loss": _mean_ci(runs[arm])[0],
+                             "gap": mean, "gap_ci_low": mean - half, "gap_ci_high": mean + half,
+                             "tail_start": tail})  # fmt: skip
     df = pd.DataFrame(rows)
-    return df.sort_values(["slot", "arm", "step"], key=_order, kind="stable") if len(df) else df
+    return df.sort_values(["slot", "ref", "arm", "step"], key=_order, kind="stable") if len(df) else df
 
 
 def frontier(seeds: pd.DataFrame) -> pd.DataFrame:

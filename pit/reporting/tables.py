@@ -22,8 +22,9 @@ from pit.reporting.paper import paper_value, paper_values
 MODE_ORDER = {"teacher": 0, "scratch": 1}
 # arms: TT, PIT with the paper's settings, extra PIT arms (`pretrain.teacher_arms` / `scratch_arms`, e.g. pit-head,
 # pit-z), untied
-METHOD_ORDER = {"tt": 0, "pit": 1, "pit-head": 2, "pit-z": 2.2, "untied": 3}
-METHOD_NAME = {"tt": "TT", "pit": "PIT", "pit-head": "PIT-head", "pit-z": "PIT-Z", "untied": "Untied"}
+METHOD_ORDER = {"tt": 0, "tt-matched": 0.5, "pit": 1, "pit-head": 2, "pit-z": 2.2, "untied": 3}
+METHOD_NAME = {"tt": "TT", "tt-matched": "TT-matched", "pit": "PIT", "pit-head": "PIT-head", "pit-z": "PIT-Z",
+               "untied": "Untied"}  # fmt: skip
 
 
 def method_order(kind: str) -> float:
@@ -306,11 +307,15 @@ BUILDERS = {  # claims: pit/reporting/claims.py
     "table4_side_effects": table4_side_effects,
 }
 TITLES = {
-    "claims": "Claims. The paper's claims tested at this scale: per arm the mean over seeds and its 95% half-width "
-    "(`*_ci`); `diff` = arm - TT paired by seed with its 95% interval (paired Student-t, n seeds), its p, the "
-    "Holm-adjusted p over every tested row (`p_holm`) and, where n >= 6, the exact sign-flip p (`p_perm`); "
-    "`untied_*` = the untied control (untied - TT), `control_*` = the no-re-warm control (tt-norewarm - TT) of the "
-    "early rise; `evidence` says what kind of evidence a row is. Verdicts hold for this scale only",
+    "claims": "Claims. The paper's claims tested at this scale. Each claim has declared `primary` rows (the paper's "
+    "configuration) that decide its verdict, and exploratory `secondary` rows. Per arm the mean over seeds and its 95% "
+    "half-width (`*_ci`); `diff` = arm - `ref` paired by seed with its exact 95% interval (`diff_ci_*`) and the "
+    "interval at the family's level (`adj_ci_*`), the exact p (sign-flip; Fisher for one rate's diverged runs), the "
+    "Holm-adjusted p over the claim's primary rows or over its secondary rows (`p_holm`, `family` = their number), "
+    "the minimal detectable effect of inconclusive primary rows (`mde`), seeds `dropped` (diverged or undefined), "
+    "`fragile` (the verdict changes when one seed is dropped); `untied_*` = the untied control (untied - ref) and "
+    "whether it is valid (`control_valid`), `control_*` = the no-re-warm control of the early rise; `evidence` says "
+    "what kind of evidence a row is. Verdicts hold for this scale only",
     "table1": "Table 1. Effects of weight tying on LM training (first-step and final training loss, training PPL, "
     "validation loss, runtime)",
     "table2": "Table 2. Token-interface consistency (0 = perfect agreement); raw = anchors of Eqs. 1-2, "
@@ -321,11 +326,16 @@ TITLES = {
     "SVAMP), in %, and the reference solutions' NLL in nats/token",
     "table4_side_effects": "Table 4 (side effects). LoRA post-training: in-domain gain over the base model "
     "(points, and in NLL), and the update's side effects on held-out pretraining text and on the interface",
-    "stability": "Stability. Scratch-mode learning-rate sweep: per learning rate and arm, summed over seeds, loss "
-    "spikes (5 sigma above the median of the previous 20 steps), non-finite (skipped) steps and diverged runs; the "
-    "largest regression of the smoothed loss (mean) and the final validation loss (mean and 95% half-width)",
-    "teacher_gap": "Teacher mode, continued pretraining: the validation-loss gap of each arm to TT (arm - TT, paired "
-    "by seed, 95% interval) at every validation step: does it close as training goes on?",
+    "stability": "Stability. Scratch-mode learning-rate sweep: per learning rate and arm over seeds, diverged runs "
+    "(k of n, the rate with its exact 95% interval, the median step at which they diverged), loss spikes (5 sigma "
+    "above the median of the previous 20 steps) over the runs where they are defined (`spike_runs`: not diverged "
+    "before the count starts), non-finite (skipped) steps, the largest regression of the smoothed loss (mean) and "
+    "the final validation loss of the finite runs (mean and 95% half-width); `first_lr_most_diverged`: the lowest "
+    "rate at which most of the arm's runs diverged",
+    "teacher_gap": "Teacher mode, continued pretraining: the validation-loss gap of each arm to its reference (TT, and "
+    "for the PIT arms the matched-start control, TT from the teacher's polar factor: the same function at step 0), "
+    "paired by seed with its 95% interval, at every validation step; `tail_start`: where the constant-rate tail "
+    "begins. Does the gap close as training goes on?",
     "frontier": "Side-effect frontier: per LoRA learning rate, the mean in-domain gain (reference NLL before - after, "
     "nats/token) and KL on held-out pretraining text over seeds; KL at the cell's matched gain",
 }

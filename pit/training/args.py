@@ -217,6 +217,9 @@ class RunArgs:
     """Peak learning rate, reached after `warmup_steps` (linear warmup, then cosine decay to `min_lr`)."""
     min_lr: float = arg(3e-4, ge=0)
     """Learning rate at `max_steps`; 0 <= min_lr <= lr."""
+    decay_steps: int | None = arg(None, ge=1)
+    """Step at which the cosine decay reaches `min_lr`, after which the rate stays at `min_lr` (a constant tail);
+    warmup_steps < decay_steps <= max_steps. None: max_steps (decay to the end, no tail)."""
     warmup_steps: int = arg(10, ge=0)
     """Steps of linear warmup; 0 <= warmup_steps < max_steps. A spec that leaves it out (`from_dict`) gets
     `default_warmup(max_steps)` = min(10, max_steps // 10): 10 from 100 steps on, and a valid value for any run."""
@@ -251,6 +254,7 @@ class RunArgs:
 
     label = "run config"  # the prefix of every error message about these arguments (class attributes, not fields)
     fingerprint_excludes = ("threads", "stop_after_steps", "run_name", "tags", "mlflow")  # not the trajectory
+    omitted_at_default = ("decay_steps",)  # newer than the first runs: in the fingerprint only when set
     # fields no profile sets: the workflow sets them for each run (pit/pipeline/specs.py), or only the command line
     not_profile_keys = ("run_name", "tags", "mlflow", "threads", "stop_after_steps")
 
@@ -267,6 +271,12 @@ class RunArgs:
                 self.min_lr <= self.lr,
                 f"lr {self.lr}, min_lr {self.min_lr}; expected 0 <= min_lr <= lr",
                 ("min_lr", "lr"),
+            ),
+            (
+                self.decay_steps is None or self.warmup_steps < self.decay_steps <= self.max_steps,
+                f"decay_steps {self.decay_steps}; expected warmup_steps = {self.warmup_steps} < decay_steps <= "
+                f"max_steps = {self.max_steps}, or null (decay to max_steps)",
+                ("decay_steps", "warmup_steps", "max_steps"),
             ),
             (
                 self.warmup_steps < self.max_steps,
@@ -295,7 +305,12 @@ class RunArgs:
 
     def fingerprint(self, **extra) -> str:
         """sha256 of the settings that define the trajectory (plus `extra`): which checkpoints belong to a run."""
-        d = {k: v for k, v in dataclasses.asdict(self).items() if k not in self.fingerprint_excludes}
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        d = {
+            k: v
+            for k, v in dataclasses.asdict(self).items()
+            if k not in self.fingerprint_excludes and not (k in self.omitted_at_default and v == defaults[k])
+        }
         return hashlib.sha256(json.dumps({**d, **extra}, sort_keys=True).encode()).hexdigest()
 
 
@@ -357,12 +372,17 @@ class PretrainArgs(RunArgs):
     """skip | stop."""
     max_skipped_fraction: float = arg(0.5, ge=0, le=1)
     """A run that skipped more than this fraction of its steps (non-finite loss or gradient) has diverged."""
+    stop_after_nonfinite: int = arg(0, ge=0)
+    """End the run after this many consecutive non-finite steps (0: never). Skipped steps leave the weights as they
+    are, so such a run is stuck; with allow_divergence it is recorded as diverged at the first of those steps
+    (`diverged_at_step` in summary.json), and costs only those steps. A learning-rate sweep sets it."""
     allow_divergence: bool = False
     """Record a diverged run (final weights not finite, or too many skipped steps) as finished with `diverged: true`
     in its summary; False: it ends with an error and is not marked finished (a learning-rate sweep sets True: there
     divergence is the outcome measured)."""
 
     label = "train config"
+    omitted_at_default = RunArgs.omitted_at_default + ("stop_after_nonfinite",)
     not_profile_keys = RunArgs.not_profile_keys + (
         "mode", "model", "train_data", "val_data", "tokenizer", "interface", "seq_len",
     )  # fmt: skip

@@ -41,9 +41,10 @@ def make_optimizer(model, args) -> torch.optim.Optimizer:
 
 
 def lr_lambda(args):
-    """Linear warmup to lr, then cosine decay to min_lr at max_steps (as a factor of lr); `args` has
-    warmup_steps, max_steps, lr and min_lr (pit.training.args.RunArgs). Step s < W: (s + 1) / W; then
-    (min_lr + (lr - min_lr) (1 + cos(pi p)) / 2) / lr with p = (s - W) / (max_steps - W), clamped to 1.
+    """Linear warmup to lr, then cosine decay to min_lr at D = decay_steps (max_steps when unset), then min_lr to the
+    end (as a factor of lr); `args` has warmup_steps, decay_steps, max_steps, lr and min_lr
+    (pit.training.args.RunArgs). Step s < W: (s + 1) / W; then (min_lr + (lr - min_lr) (1 + cos(pi p)) / 2) / lr with
+    p = (s - W) / (D - W), clamped to 1.
 
     Ours, not transformers' `get_cosine_with_min_lr_schedule_with_warmup`: its warmup is s / W (step 0 at lr 0),
     so it differs by lr / W at every warmup step of the configured runs (tests/test_schedule.py); the decay is
@@ -52,7 +53,8 @@ def lr_lambda(args):
     def f(step: int) -> float:
         if step < args.warmup_steps:
             return (step + 1) / args.warmup_steps
-        progress = min(1.0, (step - args.warmup_steps) / max(1, args.max_steps - args.warmup_steps))
+        end = args.decay_steps or args.max_steps
+        progress = min(1.0, (step - args.warmup_steps) / max(1, end - args.warmup_steps))
         return (args.min_lr + 0.5 * (args.lr - args.min_lr) * (1 + math.cos(math.pi * progress))) / args.lr
 
     return f

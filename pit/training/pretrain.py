@@ -176,6 +176,9 @@ def setup(args: PretrainArgs, folder: RunFolder, device: torch.device, d: Dist) 
         "loss_ema": None,
         "first_loss": None,
         "skipped": 0,
+        "nonfinite_streak": 0,  # consecutive non-finite steps up to now, and the first of them
+        "nonfinite_from": None,
+        "diverged_at_step": None,  # set when stop_after_nonfinite ends the run
         "mlflow_run_id": None,
         "fingerprint": folder.fingerprint,
     }
@@ -272,6 +275,9 @@ def train_step(run: Run, step_loss, step: int) -> dict:
         forward_backward(run, step_loss, step), torch.nn.utils.clip_grad_norm_(run.model.parameters(), args.grad_clip)
     )
     event, action = spike_action(run, step, loss, grad_norm)
+    streak = state["nonfinite_streak"] + 1 if event == "nonfinite" else 0
+    state["nonfinite_from"] = (state["nonfinite_from"] or step + 1) if streak else None
+    state["nonfinite_streak"] = streak
     if action == "skip":
         run.optimizer.zero_grad(set_to_none=True)
         state["skipped"] += 1
@@ -325,6 +331,10 @@ def fit(run: Run) -> tuple[bool, MetricsLog | None]:
     )
     for step in bar:
         row = train_step(run, step_loss, step)
+        if stuck(run):
+            if d.main:
+                metrics.write(row)
+            break
         if d.main:
             if args.eval_every and (step + 1) % args.eval_every == 0 and step + 1 < args.max_steps:
                 row["val_loss"] = validation_loss(run)  # fixed windows, no random draws: resume stays exact
@@ -343,7 +353,16 @@ def fit(run: Run) -> tuple[bool, MetricsLog | None]:
     bar.close()
     if metrics is not None:
         metrics.close()
-    return last_step == args.max_steps, metrics
+    return last_step == args.max_steps or run.state["diverged_at_step"] is not None, metrics
+
+
+def stuck(run: Run) -> bool:
+    """True (and `diverged_at_step` set) once stop_after_nonfinite consecutive steps were non-finite: skipped steps
+    leave the weights as they are, so the run has stopped moving."""
+    limit, state = run.args.stop_after_nonfinite, run.state
+    if limit and state["nonfinite_streak"] >= limit:
+        state["diverged_at_step"] = state["nonfinite_from"]
+    return state["diverged_at_step"] is not None
 
 
 @torch.no_grad()
@@ -370,6 +389,9 @@ def divergence(run: Run) -> str:
     total = sum(1 for _ in run.model.parameters())
     skipped = run.state["skipped"] / run.args.max_steps
     why = [f"{len(bad)} of {total} weight tensors are not finite ({bad[0]}, ...)"] if bad else []
+    if run.state["diverged_at_step"] is not None:
+        why.append(f"stopped after {run.args.stop_after_nonfinite} consecutive non-finite steps from step "
+                   f"{run.state['diverged_at_step']}")  # fmt: skip
     if skipped > run.args.max_skipped_fraction:
         why.append(f"{run.state['skipped']} of {run.args.max_steps} steps skipped (max_skipped_fraction "
                    f"{run.args.max_skipped_fraction})")  # fmt: skip
@@ -408,6 +430,11 @@ def validate(run: Run, metrics: MetricsLog) -> dict:
         "delta_ti": model_delta_ti(run.model),
         "skipped_steps": state["skipped"],
         "final_loss_window": args.final_loss_window,
+        **(
+            {"diverged_at_step": state["diverged_at_step"], "steps_run": rows[-1]["step"]}
+            if state["diverged_at_step"] is not None
+            else {}
+        ),  # fmt: skip
         **({"diverged": diverged} if diverged else {}),
     }
     tokenizer = load_tokenizer(args.tokenizer)
