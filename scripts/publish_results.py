@@ -7,7 +7,9 @@ Writes <out>/REPORT.md, <out>/tables/*.{md,csv,tex} (the claims' per-seed table 
 <out>/figures/*.png, <out>/dvc.lock (with --dvc-lock: the lock `dvc commit` wrote for the run) and <out>/README.md
 (the commit the run was made from, the profile, its wall time, the machine); everything else in <out> is removed, so
 nothing stale stays. With --summary-into, the claims summary (pit.reporting.claims.summary_markdown) replaces the
-text between `<!-- summary:start -->` and `<!-- summary:end -->` of that file. REPORT.md links its figures relative
+text between `<!-- summary:start -->` and `<!-- summary:end -->` of that file, and the reading of the table by verdict
+(reading_markdown) the text between `<!-- reading:start -->` and `<!-- reading:end -->`: every sentence there is
+generated from the table (tests/test_claims.py checks the committed ones). REPORT.md links its figures relative
 to itself, so the copied report reads the same as the original.
 """
 
@@ -56,21 +58,31 @@ def copy_outputs(results: Path, out: Path) -> list[str]:
     return ["REPORT.md", *copied]
 
 
-def write_summary(claims_csv: Path, doc: Path, out: Path) -> None:
-    """Replace the text between the summary markers of `doc` with the claims summary of `claims_csv`."""
-    import pandas as pd
-
-    from pit.reporting.claims import summary_markdown
-
-    table = pd.read_csv(claims_csv).fillna({"lora": ""})
-    start, end = "<!-- summary:start -->", "<!-- summary:end -->"
-    text = doc.read_text()
+def replace_block(text: str, name: str, body: str, doc: Path) -> str:
+    """`text` with the part between `<!-- name:start -->` and `<!-- name:end -->` replaced by `body`."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     if start not in text or end not in text:
         raise SystemExit(f"{doc}: expected the markers {start} and {end}")
-    link = os.path.relpath(out / "README.md", doc.parent)
-    body = f"Summary of the committed run ([its provenance]({link})):\n\n{summary_markdown(table).strip()}"
     head, rest = text.split(start, 1)
-    doc.write_text(f"{head}{start}\n{body}\n{end}{rest.split(end, 1)[1]}")
+    return f"{head}{start}\n{body}\n{end}{rest.split(end, 1)[1]}"
+
+
+def write_summary(tables: Path, doc: Path, out: Path) -> None:
+    """Replace the summary and reading blocks of `doc` with those generated from the claims table in `tables`."""
+    from pit.reporting.claims import reading_markdown
+    from pit.reporting.report import read_claims
+
+    table = read_claims(tables)
+    link = os.path.relpath(out / "README.md", doc.parent)
+    text = replace_block(doc.read_text(), "summary", generated_summary(table, link), doc)
+    doc.write_text(replace_block(text, "reading", reading_markdown(table).strip(), doc))
+
+
+def generated_summary(table, link: str) -> str:
+    """The summary block of docs/study.md: a line to the provenance, then the claims summary."""
+    from pit.reporting.claims import summary_markdown
+
+    return f"Summary of the committed run ([its provenance]({link})):\n\n{summary_markdown(table).strip()}"
 
 
 def main() -> None:
@@ -96,7 +108,7 @@ def main() -> None:
         shutil.copy2(args.dvc_lock, out / "dvc.lock")
         files.append("dvc.lock")
     if args.summary_into:
-        write_summary(results / "tables" / "claims.csv", Path(args.summary_into), out)
+        write_summary(results / "tables", Path(args.summary_into), out)
     command = args.command or f"snakemake --cores all --configfile config/{args.profile}.yaml"
     minutes = args.wall_time_s / 60
     commit = git_commit(results.resolve().parent)

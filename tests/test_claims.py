@@ -409,3 +409,32 @@ def test_cli_tables_figures_report_and_an_independent_recomputation(results, tmp
     assert section[0] == "## The claims table" and "![claims_interface](figures/claims_interface.png)" in section
     assert claims_section(tmp_path / "none", figs, tmp_path / "REPORT.md") == []
     assert summary_markdown(table).startswith("**Interface**")
+
+
+def block(text: str, name: str) -> str:
+    """The text between `<!-- name:start -->` and `<!-- name:end -->`."""
+    return text.split(f"<!-- {name}:start -->", 1)[1].split(f"<!-- {name}:end -->", 1)[0].strip()
+
+
+def test_the_committed_study_recomputes_decides_by_design_and_says_what_its_table_says():
+    """docs/results/study: every claims row recomputes from the committed per-seed table (scripts/check_claims.py);
+    every tested primary row is the paper's arm with enough paired seeds for its exact test; the summary and the
+    reading in docs/study.md and REPORT.md are the ones the table generates; the run took at most 150 minutes on 2
+    cores."""
+    from pit.reporting.report import read_claims
+
+    study = ROOT / "docs" / "results" / "study"
+    check = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_claims.py"), str(study / "tables" /
+                            "claims.csv")], capture_output=True, text=True)  # fmt: skip
+    assert check.returncode == 0 and "0 mismatches" in check.stdout, check.stdout[-2000:]
+    table = read_claims(study / "tables")
+    tested = table[(table["role"] == "primary") & table["family"].fillna(0).gt(0) & table["p"].notna()]
+    assert len(tested) and (tested["arm"] == "pit").all() and (tested["n"] >= 6).all()
+    assert not table["verdict"].str.contains("cannot tell apart|do not resolve").any()
+    doc = (ROOT / "docs" / "study.md").read_text()
+    summary_text = summary_markdown(table).strip()
+    assert block(doc, "summary").endswith(summary_text) and block(doc, "reading") == reading_markdown(table).strip()
+    assert summary_text in (study / "REPORT.md").read_text()
+    readme = (study / "README.md").read_text()
+    minutes = float(re.search(r"Wall time: ([0-9.]+) minutes", readme).group(1))
+    assert minutes <= 150 and "2 cores" in readme

@@ -244,6 +244,26 @@ def test_arm_order_kind_and_runs_of_a_profile():
 # --- Job logs -----------------------------------------------------------------------------------------------
 
 
+def test_a_teacher_slot_can_bring_its_own_tokenizer():
+    """Two teachers of different families in one profile: a slot's `tokenizer` picks its token files for its runs,
+    its stand-in's, its diagnoses and its LoRA's side effects; the other slots keep pretrain.tokenizer.teacher."""
+    config = yaml.safe_load((ROOT / "config/study.yaml").read_text())
+    config["tokenizers"]["other"] = dict(config["tokenizers"]["bpe4k"])
+    config["pretrain"]["teacher_slots"]["590m"] = {"stand_in": "gpt2-tiny-l", "tokenizer": "other"}
+    p = Profile(config)
+    assert p.problems() == []
+    assert p.run_inputs("teacher", "590m")["train"] == "results/data/other/tests/train.bin"
+    assert p.run_inputs("teacher", "256m")["train"] == "results/data/bpe4k/tests/train.bin"
+    assert p.run_inputs("stand_in", "590m")["tokenizer"] == "results/tokenizers/other"
+    assert p.val_tokens("teacher", "590m") == "results/data/other/tests/val.bin" == p.val_tokens("teacher", "590m")
+    assert p.val_tokens("scratch", "303m") == "results/data/bpe4k/val.bin"
+    assert {"results/data/other/tests/val.bin", "results/data/other/lib/train.bin"} <= set(p.token_files())
+    config["pretrain"]["teacher_slots"]["590m"]["tokenizer"] = "nope"
+    assert Profile(config).problems() == [
+        (["pretrain", "teacher_slots", "590m", "tokenizer"], "'nope': not one of ['bpe4k', 'other']")
+    ]
+
+
 def test_progress_in_a_log_is_plain_lines():
     log = io.StringIO()  # not a terminal, as a workflow job's log
     bar = progress_bar(range(3, 8), initial=3, total=8, desc="run", file=log)

@@ -128,6 +128,14 @@ class Profile:
             if name is not None and name not in self.domains
         ]
         found += [
+            (
+                ["pretrain", "teacher_slots", slot, "tokenizer"],
+                f"{e['tokenizer']!r}: not one of {self.tokenizers}",
+            )
+            for slot, e in slots.get("teacher", {}).items()
+            if e.get("tokenizer") is not None and e["tokenizer"] not in self.tokenizers
+        ]
+        found += [
             (["pretrain", f"{m}_slots", slot, "arms"], f"{extra}: not an arm of {m} mode ({self.mode_arms[m]})")
             for m in self.modes
             for slot, e in slots[m].items()
@@ -200,25 +208,28 @@ class Profile:
             return []
         return [str(path) for f in TOKENIZER_SOURCE_FILES if (path := Path(source) / f).is_file()]
 
-    def role_data(self, role: str) -> tuple[str, str | None]:
+    def role_data(self, role: str, slot: str | None = None) -> tuple[str, str | None]:
         """(tokenizer, domain) of the token files a role's runs read: role stand_in | teacher | scratch; the
-        stand-in teachers use the teacher tokenizer; domain None = the whole corpus (pretrain.domains)."""
-        return self.pretrain["tokenizer"]["teacher" if role == "stand_in" else role], self.data_roles.get(role)
+        stand-in teachers use the teacher tokenizer, a teacher slot with its own `tokenizer` (a teacher whose
+        tokenizer differs from the other slots', e.g. two real teachers of different families) that one; domain None
+        = the whole corpus (pretrain.domains)."""
+        own = self.pretrain["teacher_slots"].get(slot, {}).get("tokenizer") if role != "scratch" and slot else None
+        return own or self.pretrain["tokenizer"]["teacher" if role == "stand_in" else role], self.data_roles.get(role)
 
     def token_files(self) -> list[str]:
         """Every token file of the profile: each tokenizer's whole splits, and the domains the runs read."""
         files = [token_file(t, s) for t in self.tokenizers for s in SPLITS]
-        used = {self.role_data(role) for role in ROLES}
+        used = {self.role_data(role, slot) for role in ROLES for slot in [None, *self.teacher_slots]}
         return files + [token_file(t, s, d) for t, d in sorted(used, key=str) if d is not None for s in SPLITS]
 
-    def val_tokens(self, mode: str) -> str:
-        """The validation token file of a mode's runs."""
-        tokenizer, domain = self.role_data(mode)
+    def val_tokens(self, mode: str, slot: str | None = None) -> str:
+        """The validation token file of a mode's runs (in `slot`)."""
+        tokenizer, domain = self.role_data(mode, slot)
         return token_file(tokenizer, "val", domain)
 
-    def run_inputs(self, role: str) -> dict[str, str]:
-        """A training run's data: the train and val token files of its role and the tokenizer folder."""
-        tokenizer, domain = self.role_data(role)
+    def run_inputs(self, role: str, slot: str | None = None) -> dict[str, str]:
+        """A training run's data: the train and val token files of its role (in `slot`) and the tokenizer folder."""
+        tokenizer, domain = self.role_data(role, slot)
         inputs = {split: token_file(tokenizer, split, domain) for split in SPLITS}
         return {**inputs, "tokenizer": tokenizer_dir(tokenizer)}
 

@@ -130,7 +130,7 @@ def run_of(wildcards):
 
 def pretrain_inputs(wildcards):
     """Inputs of one pretraining arm: its data, and the stand-in teacher the pipeline trains first."""
-    inputs = run_inputs(wildcards.mode)
+    inputs = run_inputs(wildcards.mode, wildcards.slot)
     if wildcards.mode == "teacher" and wildcards.slot in STAND_IN_SLOTS:
         inputs["teacher"] = teacher_source(wildcards.slot)
     return inputs

@@ -7,7 +7,7 @@ stand-in teachers the pipeline pretrains itself (docs/training.md).
 
 rule pretrain_stand_in_teacher:
     input:
-        **run_inputs("stand_in"),
+        unpack(lambda wc: run_inputs("stand_in", wc.slot)),
     output:
         summary=stand_in_file("{slot}", "summary.json"),
         model=directory(stand_in_file("{slot}", "final")),
