@@ -4,198 +4,568 @@
     python scripts/check_claims.py results/tables/claims.csv            # reads claims_seeds.csv beside it
     python scripts/check_claims.py docs/results/study/tables/claims.csv
 
-For every row of claims.csv it recomputes, from claims_seeds.csv alone, the seeds n, both arms' means, the paired
-difference arm - TT with its 95% Student-t interval and t-test p, the Holm-Bonferroni adjusted p over every tested
-row, the untied control and the verdict, by the rules written in docs/study.md ("The claims table"); it prints
-every mismatch and exits 1 if there is one. The rules are written again here on purpose, from the documentation,
-not imported from pit.reporting.claims: a second implementation that agrees row for row.
+A second implementation of the rules of docs/study.md, "The claims table", written from that page and not imported
+from pit.reporting.claims. The rows to check are those of claims.csv (claim, role, kind, mode, slot, lora, arm, ref);
+for each, from claims_seeds.csv alone, it recomputes the per-seed values of the row's kind (paired, the pooled LoRA
+cell, a sweep group's count / sum / range, the slope of the gap over the constant-rate tail, Fisher's per-rate
+divergence counts), n and the dropped seeds, both arms' means, the exact sign-flip p (every sign pattern enumerated)
+and its exact interval (the test inverted numerically) at alpha and at alpha / family, Holm over the claim's rows of
+one role, the minimal detectable effect, the untied control, the verdict (in the documented order, the degenerate
+rule and the resolution rule included) and leave-one-seed-out fragility. It also checks the declared design: every
+primary row compares the paper's configuration (`pit`) with TT (`tt` or a TT arm `tt-*`), and every row's mode, kind
+and cell are ones its claim has. Numbers are compared with a relative tolerance of 1e-9 (NaN equals NaN, inf equals
+inf; values in the metric's units also pass within 1e-12 of the largest input of the row, so that a difference that
+is 0 in exact arithmetic, e.g. the slope of a flat curve, may be rounding noise of its operands); a verdict by its
+kind (the text before its reason); `fragile` by no / yes and the seed named. It prints every mismatching cell and
+exits 1 if there is one (2 if the files are not a claims table and its per-seed table).
+
+The design's alpha and power are not columns of the table: the documented values (0.05, 0.8) are used.
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
 import math
+import re
 import sys
 from collections import defaultdict
+from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from scipy import stats
 
-ALPHA, NEAR_UNIFORM = 0.05, 0.1
-# claim id -> (metric key in the per-seed table, paper's sign of PIT - TT, evidence, untied-control rule, premise);
-# the stability claims whose outcome is not learning (divergence, lr sensitivity) skip the degenerate rule
-NO_DEGENERATE = {"stability_divergence", "stability_lr_sensitivity"}
+ALPHA, POWER = 0.05, 0.8  # docs/study.md, "The design, declared before the run"
+NEAR_UNIFORM = 0.1  # nats: a loss within this of ln V is a model that predicts (almost) nothing
+CONTROL_MIN_POLAR = 0.5  # the untied control is valid where its polar cosine distance is at least this
+PAPER_SCORE_EFFECT = 1.3  # points: the largest PIT - TT score difference of the paper's Table 4
+TIE = 1e-12  # a subset mean within this (relative) of 0 counts as 0
+RTOL, ROUNDING = 1e-9, 1e-12  # the comparison: relative, and relative to the row's inputs
+POOLED = "mean"
+DECIDED = ("supported", "contradicted", "not specific to PIT")
+KINDS = ("holds by construction", "not testable", "not measured", "n = 1", "degenerate", "supported", "contradicted",
+         "not specific to PIT", "inconclusive")  # fmt: skip
+NUMBERS = ("n", "dropped", "arm_mean", "ref_mean", "diff", "diff_ci_low", "diff_ci_high", "p", "family", "p_holm",
+           "adj_ci_low", "adj_ci_high", "mde", "untied_diff", "untied_p", "arm_untied_diff",
+           "arm_untied_p")  # fmt: skip
+# the columns in the metric's units, compared with the rounding floor as well
+IN_UNITS = {"arm_mean", "ref_mean", "diff", "diff_ci_low", "diff_ci_high", "adj_ci_low", "adj_ci_high", "mde",
+            "untied_diff", "arm_untied_diff"}  # fmt: skip
+
+
+class Claim(NamedTuple):
+    """The static properties of a claim (pit.reporting.claims.CLAIMS); direction: the paper's sign of arm - ref."""
+
+    key: str
+    modes: tuple
+    direction: int
+    evidence: str = "test"
+    control: bool = False
+    scope: str = "main"
+    degenerate_rule: bool = True
+    role: str = "primary"
+    ref: str = "tt"
+    pool: bool = False
+    resolution: bool = False
+    binary: bool = False
+    measure: str = ""
+    premise: bool = False
+
+
+_T, _S, _B = ("teacher",), ("scratch",), ("teacher", "scratch")
+_SWEEP = {"scope": "sweep", "degenerate_rule": False}
 CLAIMS = {
-    "interface_max_delta_ti": ("max_delta_ti", -1, "construction", False, False),
-    "interface_raw_cosine": ("raw_cosine", -1, "construction", False, False),
-    "interface_polar_cosine": ("polar_cosine", -1, "construction_both", False, False),
-    "teacher_early_rise": ("early_rise_excess", -1, "test", False, True),
-    "teacher_val_loss": ("val_loss", -1, "test", False, False),
-    "scratch_val_loss": ("val_loss", 1, "test", False, False),
-    "stability_divergence": ("diverged", -1, "test", False, False),
-    "stability_spikes": ("spikes", -1, "test", False, False),
-    "stability_lr_sensitivity": ("lr_sensitivity", -1, "test", False, False),
-    "lens_kl_ratio": ("lens_kl_ratio", -1, "test", True, False),
-    "lens_ce_gap": ("lens_ce_gap", -1, "test", True, False),
-    "side_effect_kl_per_gain": ("kl_per_gain", -1, "test", True, False),
-    "side_effect_val_per_gain": ("val_change_per_gain", -1, "test", True, False),
-    "side_effect_kl_matched": ("kl_at_matched_gain", -1, "test", True, False),
-    "teacher_posttrain_gain": ("indomain_nll_change", -1, "test", False, False),
-    "teacher_transfer_nll": ("transfer_nll_change", -1, "test", False, False),
-    "teacher_posttrain_score": ("indomain_score", 1, "test", False, False),
-    "teacher_transfer_score": ("transfer_score", 1, "test", False, False),
-    "scratch_posttrain_gain": ("indomain_nll_change", 1, "test", False, False),
-    "scratch_transfer_nll": ("transfer_nll_change", 1, "test", False, False),
-    "scratch_posttrain_score": ("indomain_score", -1, "test", False, False),
-    "scratch_transfer_score": ("transfer_score", -1, "test", False, False),
+    "interface_max_delta_ti": Claim("max_delta_ti", _B, -1, "construction"),
+    "interface_raw_cosine": Claim("raw_cosine", _B, -1, "construction"),
+    "interface_polar_cosine": Claim("polar_cosine", _B, -1, "construction_both"),
+    "teacher_early_rise": Claim("early_rise_excess", _T, -1, premise=True),
+    "teacher_val_loss": Claim("val_loss", _T, -1, degenerate_rule=False, ref="matched"),
+    "scratch_val_loss": Claim("val_loss", _S, 1, degenerate_rule=False),
+    "stability_divergence": Claim("diverged", _S, -1, **_SWEEP, binary=True, measure="count"),
+    "stability_spikes": Claim("spikes", _S, -1, **_SWEEP, measure="sum"),
+    "stability_lr_sensitivity": Claim("val_loss", _S, -1, scope="group", degenerate_rule=False, measure="range"),
+    "lens_kl_ratio": Claim("lens_kl_ratio", _B, -1, control=True),
+    "lens_ce_gap": Claim("lens_ce_gap", _B, -1, control=True, role="secondary"),
+    "side_effect_kl_matched": Claim("kl_at_matched_gain", _B, -1, control=True, pool=True),
+    "side_effect_kl_per_gain": Claim("kl_per_gain", _B, -1, control=True, role="secondary"),
+    "side_effect_val_per_gain": Claim("val_change_per_gain", _B, -1, control=True, role="secondary"),
+    "teacher_posttrain_gain": Claim("indomain_nll_change", _T, -1),
+    "teacher_transfer_nll": Claim("transfer_nll_change", _T, -1),
+    "teacher_posttrain_score": Claim("indomain_score", _T, 1, resolution=True),
+    "teacher_transfer_score": Claim("transfer_score", _T, 1, resolution=True),
+    "scratch_posttrain_gain": Claim("indomain_nll_change", _S, 1),
+    "scratch_transfer_nll": Claim("transfer_nll_change", _S, 1),
+    "scratch_posttrain_score": Claim("indomain_score", _S, -1, resolution=True),
+    "scratch_transfer_score": Claim("transfer_score", _S, -1, resolution=True),
 }
-NUMBERS = ("n", "arm_mean", "tt_mean", "diff", "diff_ci_low", "diff_ci_high", "p", "p_holm", "untied_diff", "untied_p")
 
 
-def num(text: str) -> float:
+# ---- the per-seed table ----------------------------------------------------------------------------------------------
+def num(text: str | None) -> float:
     return float(text) if text not in ("", None) else math.nan
 
 
-def load_seeds(path: Path) -> dict:
-    """values[(mode, slot, lora, metric)][arm][seed] = value, finite values only."""
-    values: dict = defaultdict(lambda: defaultdict(dict))
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            v = num(r["value"])
-            if math.isfinite(v):
-                values[(r["mode"], r["slot"], r["lora"], r["metric"])][r["arm"]][int(r["seed"])] = v
-    return values
+class Seeds:
+    """claims_seeds.csv as cells[(mode, slot, lora, metric)][arm][seed] = value (NaN kept: a run that has the
+    metric but no number) and the slot -> sweep group map."""
+
+    def __init__(self, records: list[tuple], groups: dict):
+        self.records, self.groups = records, groups
+        self.cells: dict = defaultdict(lambda: defaultdict(dict))
+        for mode, slot, lora, arm, seed, metric, value in records:
+            self.cells[(mode, slot, lora, metric)][arm][seed] = value
+        self.seeds = sorted({r[4] for r in records})
+        self.left_out: dict[int, Seeds] = {}
+
+    @staticmethod
+    def parse(rows: list[dict]) -> tuple[list[tuple], dict]:
+        """The csv rows as (mode, slot, lora, arm, seed, metric, value) records and the slot -> group map."""
+        records = [(r["mode"], r["slot"], r["lora"], r["arm"], int(float(r["seed"])), r["metric"], num(r["value"]))
+                   for r in rows]  # fmt: skip
+        return records, {(r["mode"], r["slot"]): r["group"] for r in rows}
+
+    def without(self, seed: int) -> Seeds:
+        """The table without one seed's rows (every run of that seed, every arm and metric)."""
+        if seed not in self.left_out:
+            self.left_out[seed] = Seeds([r for r in self.records if r[4] != seed], self.groups)
+        return self.left_out[seed]
+
+    def get(self, mode: str, slot: str, lora: str, metric: str, arm: str) -> dict:
+        return self.cells.get((mode, slot, lora, metric), {}).get(arm, {})
+
+    def tasks(self, mode: str, slot: str, metric: str) -> list[str]:
+        return sorted({k[2] for k in self.cells if k[:2] == (mode, slot) and k[3] == metric and k[2]})
+
+    def group_slots(self, mode: str, group: str) -> list[str]:
+        return sorted(s for (m, s), g in self.groups.items() if m == mode and g == group)
+
+    def curves(self, mode: str, slot: str, arm: str) -> dict[int, dict[float, float]]:
+        """seed -> {step: validation loss} from the val_loss@<step> metrics."""
+        out: dict = defaultdict(dict)
+        for (m, s, lora, metric), by_arm in self.cells.items():
+            if (m, s, lora) == (mode, slot, "") and metric.startswith("val_loss@"):
+                for seed, v in by_arm.get(arm, {}).items():
+                    out[seed][float(metric.split("@", 1)[1])] = v
+        return out
 
 
-def diffs(a: dict, b: dict) -> list[float]:
-    return [a[s] - b[s] for s in sorted(set(a) & set(b))]
+def finite(values: dict) -> list[float]:
+    return [v for v in values.values() if math.isfinite(v)]
 
 
-def test(d: list[float]) -> dict:
-    n = len(d)
-    if n == 0:
-        return {"n": 0, "diff": math.nan, "low": math.nan, "high": math.nan, "p": math.nan}
-    x = np.array(d)
-    mean = float(x.mean())
-    if n == 1:
-        return {"n": 1, "diff": mean, "low": math.nan, "high": math.nan, "p": math.nan}
-    sd = float(x.std(ddof=1))
-    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
-    if sd == 0 or sd < 1e-12 * abs(mean):  # t undefined: the exact sign-flip p, 2 / 2^n (1 when all are 0)
-        p = 1.0 if mean == 0 else min(1.0, 2.0 / 2**n)
-    else:
-        p = float(stats.ttest_1samp(x, 0.0).pvalue)
-    return {"n": n, "diff": mean, "low": mean - half, "high": mean + half, "p": p}
+def mean(values) -> float:
+    values = list(values)
+    return float(np.mean(values)) if values else math.nan
 
 
-def mean_of(values: dict, mode: str, slot: str, metric: str, arm: str) -> float:
-    v = list(values.get((mode, slot, "", metric), {}).get(arm, {}).values())
-    return float(np.mean(v)) if v else math.nan
+# ---- statistics ------------------------------------------------------------------------------------------------------
+@cache
+def sign_patterns(n: int) -> np.ndarray:
+    """Every one of the 2^n sign patterns s in {+1, -1}^n, one per row."""
+    return np.array(list(itertools.product((1.0, -1.0), repeat=n))).reshape(2**n, n)
 
 
-def degenerate(values, key, mode, slot, arms) -> bool:
-    for arm in arms:
-        val, ent = mean_of(values, mode, slot, "val_loss", arm), mean_of(values, mode, slot, "unigram_entropy", arm)
-        logv, first = mean_of(values, mode, slot, "log_vocab", arm), mean_of(values, mode, slot, "first_loss", arm)
-        if (
-            (val >= ent)
-            or (val >= logv - NEAR_UNIFORM)
-            or (key == "early_rise_excess" and first >= logv - NEAR_UNIFORM)
-        ):
-            return True
-    return False
+def sign_flip_p(d: np.ndarray) -> np.ndarray:
+    """The exact two-sided sign-flip p of the mean of each column of d (n x C), every sign pattern enumerated:
+    p_upper = #{s: sum s_i d_i >= sum d_i} / 2^n, p_lower the same with <=, p = min(1, 2 min(p_upper, p_lower)).
+    sum d - sum s_i d_i = 2 |F| mean_F(d), F the seeds s flips: s is on the upper side when the mean of its flipped
+    seeds is <= 0, and a subset mean within TIE x max |d_i| of 0 counts as 0 (on both sides)."""
+    s = sign_patterns(d.shape[0])
+    sums = np.einsum("pi,ic->pc", s, d)  # einsum, not BLAS: small products, no thread start-up on a busy machine
+    gap = sums[0] - sums  # pattern 0 flips nothing: gap 0 exactly
+    tol = 2 * (s < 0).sum(axis=1)[:, None] * TIE * np.abs(d).max(axis=0)
+    upper, lower = (gap <= tol).mean(axis=0), (gap >= -tol).mean(axis=0)
+    return np.minimum(1.0, 2 * np.minimum(upper, lower))
 
 
-def untested_kind(row, runs, spec) -> str | None:
-    key, _, evidence, _, premise = spec
-    arm = row["arm"]
-    if evidence == "construction_both":
-        return "not testable"
-    if not runs.get(arm):
-        return "not measured"
-    if evidence == "construction":
-        return "holds by construction"
-    if not runs.get("tt"):
-        return "not measured"
-    d = diffs(runs[arm], runs["tt"])
-    if not d:
-        return "not testable"
-    if len(set(runs[arm].values()) | set(runs["tt"].values())) == 1:
-        return "not testable"
-    if len(d) == 1:
-        return "n = 1"
-    if premise and all(v <= 0 for v in runs["tt"].values()):
-        return "not testable"
-    return None
+def exact_p(d: list[float]) -> float:
+    return float(sign_flip_p(np.asarray(d, dtype=float)[:, None])[0]) if d else math.nan
+
+
+def exact_intervals(d: list[float], levels: list[float]) -> list[tuple[float, float]]:
+    """Per level, the closure of {delta: p(d - delta) > level}: the test evaluated at every subset mean of d (where p
+    can change), between consecutive ones and beyond both ends; (-inf, inf) where no delta is rejected (n = 1)."""
+    if not d or not any(math.isfinite(level) for level in levels):
+        return [(math.nan, math.nan)] * len(levels)
+    x = np.asarray(d, dtype=float)
+    s = sign_patterns(len(x))
+    flipped = (s < 0).sum(axis=1)
+    means = np.unique(((s < 0) @ x)[flipped > 0] / flipped[flipped > 0])
+    pad = 1.0 + np.abs(means).max()
+    points = np.sort(np.concatenate([[means[0] - pad], means, (means[:-1] + means[1:]) / 2, [means[-1] + pad]]))
+    p = sign_flip_p(x[:, None] - points[None, :])
+    out = []
+    for level in levels:
+        kept = points[p > level]
+        if kept.size == 0 or not math.isfinite(level):
+            out.append((math.nan, math.nan))
+            continue
+        low = -math.inf if kept[0] < means[0] else float(means[means <= kept[0]].max())
+        high = math.inf if kept[-1] > means[-1] else float(means[means >= kept[-1]].min())
+        out.append((low, high))
+    return out
 
 
 def holm(ps: list[float]) -> list[float]:
-    order = sorted((p, i) for i, p in enumerate(ps) if not math.isnan(p))
-    out, running, m = [math.nan] * len(ps), 0.0, len(order)
-    for rank, (p, i) in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p))
+    """Holm-Bonferroni: sorted p, (m - j + 1) p_(j), running maximum, capped at 1."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    out, running = [math.nan] * len(ps), 0.0
+    for j, i in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - j) * ps[i]))
         out[i] = running
     return out
 
 
-def recompute(rows: list[dict], values: dict) -> list[dict]:
-    out = []
-    for row in rows:
-        spec = CLAIMS[row["claim"]]
-        runs = values.get((row["mode"], row["slot"], row["lora"], spec[0]), {})
-        t = test(diffs(runs.get(row["arm"], {}), runs.get("tt", {})))
-        u = test(diffs(runs.get("untied", {}), runs.get("tt", {})))
-        kind = untested_kind(row, runs, spec)
-        if (
-            kind is None
-            and row["claim"] not in NO_DEGENERATE
-            and degenerate(values, spec[0], row["mode"], row["slot"], [row["arm"], "tt"])
-        ):
-            kind = "degenerate*"
-        arm_v, tt_v = list(runs.get(row["arm"], {}).values()), list(runs.get("tt", {}).values())
-        out.append({"n": t["n"], "arm_mean": np.mean(arm_v) if arm_v else math.nan,
-                    "tt_mean": np.mean(tt_v) if tt_v else math.nan, "diff": t["diff"], "diff_ci_low": t["low"],
-                    "diff_ci_high": t["high"], "p": t["p"] if kind in (None, "degenerate*") else math.nan,
-                    "untied_diff": u["diff"], "untied_p": u["p"], "kind": kind, "spec": spec})  # fmt: skip
-    for r, p in zip(out, holm([r["p"] for r in out])):
-        r["p_holm"] = p
-        if r["kind"] == "degenerate*":
-            r["kind"] = "degenerate"
-        elif r["kind"] is None:
-            _, direction, _, control, _ = r["spec"]
-            if p > ALPHA:
-                r["kind"] = "inconclusive"
-            elif (r["diff"] > 0) != (direction > 0):
-                r["kind"] = "contradicted"
-            elif control and r["untied_p"] <= ALPHA and (r["untied_diff"] > 0) == (r["diff"] > 0):
-                r["kind"] = "not specific to PIT"
-            else:
-                r["kind"] = "supported"
+def min_detectable(d: list[float], a: float) -> float:
+    """(t_{1 - a/2, n-1} + t_{power, n-1}) sd / sqrt(n); infinite where the smallest exact p, 2 / 2^n, exceeds a."""
+    n = len(d)
+    if 2 / 2**n > a:
+        return math.inf
+    t = stats.t.ppf(1 - a / 2, n - 1) + stats.t.ppf(POWER, n - 1)
+    return float(t * np.std(d, ddof=1) / math.sqrt(n))
+
+
+def fisher_p(k_arm: int, n_arm: int, k_ref: int, n_ref: int) -> float:
+    return float(stats.fisher_exact([[k_arm, n_arm - k_arm], [k_ref, n_ref - k_ref]]).pvalue)
+
+
+# ---- a row's per-seed values -----------------------------------------------------------------------------------------
+def sources(row: dict, claim: Claim, data: Seeds) -> list[tuple[str, str, str]]:
+    """The cells (mode, slot, lora) a row reads: its own, every LoRA task for the pooled cell, every slot of a sweep
+    group for a group row."""
+    mode, slot, lora = row["mode"], row["slot"], row["lora"]
+    if row["kind"] == "group":
+        return [(mode, s, "") for s in data.group_slots(mode, slot)]
+    if lora == POOLED:
+        return [(mode, slot, t) for t in data.tasks(mode, slot, claim.key)]
+    return [(mode, slot, lora)]
+
+
+def present(row: dict, claim: Claim, data: Seeds, arm: str) -> bool:
+    """Whether the arm has any run with the claim's metric (a number or NaN) in the row's cells; in the pooled cell,
+    any seed with every task."""
+    if row["lora"] == POOLED:
+        return bool(pooled(data, row, claim.key, arm))
+    return any(data.get(*cell, claim.key, arm) for cell in sources(row, claim, data))
+
+
+def pooled(data: Seeds, row: dict, key: str, arm: str) -> dict:
+    """Per seed, the mean over the LoRA tasks of the cell; a seed counts only where every task has the metric."""
+    per_task = [data.get(*cell, key, arm) for cell in sources(row, CLAIMS[row["claim"]], data)]
+    seeds = set.intersection(*(set(t) for t in per_task)) if per_task else set()
+    return {s: mean(t[s] for t in per_task) for s in seeds}
+
+
+def slope(points: dict[float, float], start: float) -> float:
+    """Least-squares slope, nats per 100 steps, of the finite validation losses at steps >= start (at least 3)."""
+    xy = [(x, y) for x, y in points.items() if x >= start and math.isfinite(y)]
+    if not math.isfinite(start) or len(xy) < 3:
+        return math.nan
+    x, y = np.array(xy).T
+    return float(100 * np.sum((x - x.mean()) * (y - y.mean())) / np.sum((x - x.mean()) ** 2))
+
+
+def slopes(data: Seeds, row: dict, arm: str) -> dict:
+    """seed -> the tail slope of the arm's validation loss (NaN for a run without one: diverged, short tail)."""
+    mode, slot = row["mode"], row["slot"]
+    curves, starts = data.curves(mode, slot, arm), data.get(mode, slot, "", "tail_start", arm)
+    runs = data.get(mode, slot, "", "val_loss", arm)
+    return {s: slope(curves.get(s, {}), starts.get(s, math.nan)) for s in runs}
+
+
+def group_measure(measure: str, arm: list[float], ref: list[float]) -> tuple[float, float]:
+    """One seed's group measure of both arms from their values at the rates both ran: count (diverged rates), sum
+    (over the rates where both are finite; none: NaN), range (max - min where both are finite; at least two)."""
+    if measure == "count":
+        return float(sum(arm)), float(sum(ref))
+    pairs = [(a, r) for a, r in zip(arm, ref) if math.isfinite(a) and math.isfinite(r)]
+    if measure == "sum":
+        return (sum(p[0] for p in pairs), sum(p[1] for p in pairs)) if pairs else (math.nan, math.nan)
+    if len(pairs) < 2:
+        return math.nan, math.nan
+    a, r = np.array(pairs).T
+    return float(a.max() - a.min()), float(r.max() - r.min())
+
+
+def group_values(data: Seeds, row: dict, claim: Claim, arm: str, ref: str) -> tuple[dict, dict]:
+    """Per seed over the group's rates at which both arms ran (`diverged` present for both); a seed of the arm
+    without such rates has no value (dropped)."""
+    at: dict = defaultdict(list)
+    for mode, slot, _ in sources(row, claim, data):
+        ran_a, ran_r = data.get(mode, slot, "", "diverged", arm), data.get(mode, slot, "", "diverged", ref)
+        va, vr = data.get(mode, slot, "", claim.key, arm), data.get(mode, slot, "", claim.key, ref)
+        for seed in ran_a:
+            at[seed] += [(va.get(seed, math.nan), vr.get(seed, math.nan))] if seed in ran_r else []
+    out = {s: group_measure(claim.measure, [p[0] for p in v], [p[1] for p in v]) if v else (math.nan, math.nan)
+           for s, v in at.items()}  # fmt: skip
+    return {s: v[0] for s, v in out.items()}, {s: v[1] for s, v in out.items()}
+
+
+def values(row: dict, claim: Claim, data: Seeds, arm: str, ref: str) -> tuple[dict, dict]:
+    """seed -> value of `arm` and of `ref` for the row's kind and cell."""
+    if row["kind"] == "group":
+        return group_values(data, row, claim, arm, ref)
+    if row["kind"] == "slope":
+        return slopes(data, row, arm), slopes(data, row, ref)
+    if row["lora"] == POOLED:
+        return pooled(data, row, claim.key, arm), pooled(data, row, claim.key, ref)
+    cell = (row["mode"], row["slot"], row["lora"], claim.key)
+    return data.get(*cell, arm), data.get(*cell, ref)
+
+
+def paired(a: dict, r: dict) -> tuple[list[float], int]:
+    """The differences a - r at the seeds where both are finite, and the seeds both ran but one is not finite."""
+    both = sorted(set(a) & set(r))
+    d = [a[s] - r[s] for s in both if math.isfinite(a[s]) and math.isfinite(r[s])]
+    return d, len(both) - len(d)
+
+
+# ---- verdicts --------------------------------------------------------------------------------------------------------
+def degenerate(row: dict, claim: Claim, data: Seeds) -> bool:
+    """The arm or the reference has validation losses but none finite (diverged at every seed), or a mean validation
+    loss at or above the unigram entropy of its validation split or at or above ln V - 0.1; for the early rise also a
+    (mean) first loss at or above ln V - 0.1."""
+    for arm in (row["arm"], row["ref"]):
+        losses = data.get(row["mode"], row["slot"], "", "val_loss", arm)
+        if losses and not finite(losses):
+            return True
+        metrics = ("val_loss", "unigram_entropy", "log_vocab", "first_loss")
+        loss, entropy, log_v, first = (mean(finite(data.get(row["mode"], row["slot"], "", m, arm))) for m in metrics)
+        if loss >= entropy or loss >= log_v - NEAR_UNIFORM:
+            return True
+        if claim.premise and first >= log_v - NEAR_UNIFORM:
+            return True
+    return False
+
+
+def too_coarse(row: dict, claim: Claim, data: Seeds) -> bool:
+    """A score on N problems moves in steps of 100 / N points: not testable where that exceeds the paper's effect, N
+    being the coarsest evaluation set among the row's runs."""
+    key = claim.key.replace("_score", "_problems")
+    sizes = [v for arm in (row["arm"], row["ref"]) for v in finite(data.get(*sources(row, claim, data)[0], key, arm))]
+    return bool(sizes) and min(sizes) > 0 and 100 / min(sizes) > PAPER_SCORE_EFFECT
+
+
+def untested(row: dict, claim: Claim, data: Seeds, a: dict, r: dict, n: int) -> str | None:
+    """The verdicts decided before any test, in the documented order; 'degenerate' is tested but never supported;
+    None: decided by the test."""
+    if claim.evidence == "construction_both":
+        return "not testable"
+    if not present(row, claim, data, row["arm"]):
+        return "not measured"
+    if claim.evidence == "construction":
+        return "holds by construction"
+    if not present(row, claim, data, row["ref"]):
+        return "not measured"
+    if claim.resolution and too_coarse(row, claim, data):
+        return "not testable"
+    constant = len(set(finite(a) + finite(r))) == 1
+    if n == 0 or constant or (claim.premise and all(v <= 0 for v in finite(r))):
+        return "not testable"
+    if n == 1:
+        return "n = 1"
+    if claim.degenerate_rule and row["kind"] == "paired" and degenerate(row, claim, data):
+        return "degenerate"
+    return None
+
+
+def control(row: dict, claim: Claim, data: Seeds) -> dict:
+    """The untied control: untied - ref and arm - untied in the row's cell, and whether it is measurably untied."""
+    du, _ = paired(*values(row, claim, data, "untied", row["ref"]))
+    dau, _ = paired(*values(row, claim, data, row["arm"], "untied"))
+    polar = mean(finite(data.get(row["mode"], row["slot"], "", "polar_cosine", "untied")))
+    return {"untied_n": len(du), "untied_diff": mean(du), "untied_p": exact_p(du), "arm_untied_diff": mean(dau),
+            "arm_untied_p": exact_p(dau), "untied_valid": polar >= CONTROL_MIN_POLAR}  # fmt: skip
+
+
+def scale(row: dict, claim: Claim, data: Seeds, a: dict, r: dict) -> float:
+    """The largest magnitude a row's numbers are computed from (the losses of a slope row), for the comparison's
+    rounding floor: a difference that is 0 in exact arithmetic is ~1e-16 of its operands, not of itself."""
+    if row["kind"] == "slope":
+        a, r = (data.get(row["mode"], row["slot"], "", claim.key, x) for x in (row["arm"], row["ref"]))
+    return max((abs(v) for v in finite(a) + finite(r)), default=0.0)
+
+
+def evaluate(row: dict, data: Seeds) -> dict:
+    """A row's numbers before its family: n, dropped, means, diff, the differences d, p and its pre-test verdict."""
+    claim = CLAIMS[row["claim"]]
+    a, r = values(row, claim, data, row["arm"], row["ref"])
+    d, dropped = paired(a, r)
+    out = {"n": len(d), "dropped": dropped, "arm_mean": mean(finite(a)), "ref_mean": mean(finite(r)),
+           "diff": mean(d), "d": d, "p": math.nan, "scale": scale(row, claim, data, a, r)}  # fmt: skip
+    if row["kind"] == "fisher":  # k of n runs of each arm, paired or not
+        ka, kr = finite(a), finite(r)
+        out["n"] = min(len(ka), len(kr))
+        out["diff"] = out["arm_mean"] - out["ref_mean"]
+        tested_n = 1 if len(ka) == len(kr) == 1 else 2 * bool(out["n"])  # n = 1: one run of each arm
+        out["pre"] = untested(row, claim, data, a, r, tested_n)
+        if out["pre"] is None:
+            out["p"] = fisher_p(int(sum(ka)), len(ka), int(sum(kr)), len(kr))
+    else:
+        out["pre"] = untested(row, claim, data, a, r, len(d))
+        if out["pre"] in (None, "degenerate"):
+            out["p"] = exact_p(d)
+    if claim.control:
+        out.update(control(row, claim, data))
     return out
 
 
-def close(a: float, b: float) -> bool:
+def side(x: float) -> int:
+    return int(np.sign(x)) if math.isfinite(x) else 0
+
+
+def decide(claim: Claim, e: dict) -> str:
+    """A tested row's verdict on its Holm-adjusted p."""
+    if not e["p_holm"] <= ALPHA:
+        return "inconclusive"
+    if side(e["diff"]) != claim.direction:
+        return "contradicted"
+    if (claim.control and e["untied_valid"] and side(e["untied_diff"]) == side(e["diff"]) and e["untied_p"] <= ALPHA
+            and not (e["arm_untied_p"] <= ALPHA and side(e["arm_untied_diff"]) == claim.direction)):  # fmt: skip
+        return "not specific to PIT"
+    return "supported"
+
+
+def family_results(rows: list[dict], data: Seeds) -> list[dict]:
+    """Every row of one family (a claim's rows of one role): family size, Holm over its tested rows, verdicts."""
+    evals = [evaluate(row, data) for row in rows]
+    tested = [i for i, e in enumerate(evals) if e["pre"] in (None, "degenerate")]
+    adjusted = dict(zip(tested, holm([evals[i]["p"] for i in tested])))
+    for i, (row, e) in enumerate(zip(rows, evals)):
+        e["family"], e["p_holm"] = len(tested), adjusted.get(i, math.nan)
+        e["kind"] = e["pre"] or decide(CLAIMS[row["claim"]], e)
+    return evals
+
+
+# ---- the whole table -------------------------------------------------------------------------------------------------
+def fragility(rows: list[dict], i: int, kind: str, data: Seeds, cache_: dict) -> tuple[str, int | None]:
+    """('yes', k) for the first seed k without which row i's verdict changes kind (its whole family recomputed
+    without every run of that seed), ('no', None) when none does."""
+    for seed in data.seeds:
+        if seed not in cache_:
+            cache_[seed] = family_results(rows, data.without(seed))
+        if cache_[seed][i]["kind"] != kind:
+            return "yes", seed
+    return "no", None
+
+
+def complete(rows: list[dict], data: Seeds) -> list[dict]:
+    """Every recomputed column of a family's rows: family-level numbers, intervals, mde and fragility."""
+    evals, left_out = family_results(rows, data), {}
+    for i, (row, e) in enumerate(zip(rows, evals)):
+        d, tested = e["d"], e["pre"] in (None, "degenerate")
+        levels = [ALPHA, ALPHA / e["family"] if tested else math.nan] if row["kind"] != "fisher" else [math.nan] * 2
+        (e["diff_ci_low"], e["diff_ci_high"]), (e["adj_ci_low"], e["adj_ci_high"]) = exact_intervals(d, levels)
+        primary_open = row["role"] == "primary" and e["kind"] == "inconclusive" and row["kind"] != "fisher"
+        e["mde"] = min_detectable(d, ALPHA / e["family"]) if primary_open else math.nan
+        e["fragile"] = fragility(rows, i, e["kind"], data, left_out) if e["kind"] in DECIDED else ("", None)
+    return evals
+
+
+def recompute(rows: list[dict], data: Seeds) -> list[dict | None]:
+    """Every row recomputed, family by family (None for a row of an unknown claim)."""
+    families: dict = defaultdict(list)
+    for i, row in enumerate(rows):
+        if row["claim"] in CLAIMS:
+            families[(row["claim"], row["role"])].append(i)
+    out: list[dict | None] = [None] * len(rows)
+    for members in families.values():
+        for i, e in zip(members, complete([rows[i] for i in members], data)):
+            out[i] = e
+    return out
+
+
+# ---- comparison ------------------------------------------------------------------------------------------------------
+def close(a: float, b: float, scale: float) -> bool:
+    """Equal within RTOL (relative), or within ROUNDING of the scale of the row's inputs (a value that is 0 in exact
+    arithmetic, e.g. the slope of a flat curve, is rounding noise of its operands); NaN equals NaN, inf equals inf."""
     if math.isnan(a) or math.isnan(b):
         return math.isnan(a) and math.isnan(b)
-    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= max(RTOL * max(abs(a), abs(b)), ROUNDING * scale)
+
+
+def verdict_kind(text: str) -> str:
+    return next((k for k in KINDS if text.startswith(k)), text)
+
+
+def fragile_cell(text: str) -> tuple[str, int | None]:
+    if not text.startswith("yes"):
+        return text.strip(), None
+    seed = re.search(r"seed (-?\d+)", text)
+    return "yes", int(seed.group(1)) if seed else None
+
+
+# which claims have rows of each kind
+KIND_OF = {"paired": lambda c: c.scope != "group", "fisher": lambda c: c.binary, "group": lambda c: bool(c.measure),
+           "slope": lambda c: c.ref == "matched"}  # fmt: skip
+
+
+def design_problems(row: dict, claim: Claim) -> list[str]:
+    """A primary row compares the paper's configuration (`pit`) with TT (`tt` or a TT arm `tt-*`); a row's mode, kind,
+    cell and role are ones its claim has (a secondary metric has no primary row)."""
+    primary = row["role"] == "primary"
+    checks = [
+        (not primary or row["arm"] == "pit", f"primary arm {row['arm']!r}, expected 'pit' (the paper's configuration)"),
+        (not primary or row["ref"] == "tt" or row["ref"].startswith("tt-"),
+         f"primary ref {row['ref']!r}, expected 'tt' or a TT arm 'tt-*'"),
+        (not primary or claim.role == "primary", "a primary row of a claim whose rows are all secondary"),
+        (row["mode"] in claim.modes, f"mode {row['mode']!r}: the claim speaks of {', '.join(claim.modes)}"),
+        (KIND_OF.get(row["kind"], lambda c: False)(claim), f"kind {row['kind']!r}: not a kind of this claim's rows"),
+        (row["lora"] != POOLED or claim.pool, f"lora {POOLED!r}: the claim has no pooled cell"),
+    ]  # fmt: skip
+    return [problem for ok, problem in checks if not ok]
+
+
+def mismatches(row: dict, mine: dict | None) -> list[str]:
+    """Every cell of a row that does not match its recomputation."""
+    if mine is None:
+        return [f"unknown claim {row['claim']!r}"]
+    out = design_problems(row, CLAIMS[row["claim"]])
+    for col in NUMBERS:
+        floor = mine["scale"] if col in IN_UNITS else 0.0
+        if col in row and not close(num(row[col]), float(mine.get(col, math.nan)), floor):
+            out.append(f"{col} = {row[col]!r} in the table, {mine.get(col, math.nan)!r} recomputed")
+    if verdict_kind(row["verdict"]) != mine["kind"]:
+        out.append(f"verdict {row['verdict']!r} in the table, {mine['kind']!r} recomputed")
+    if "fragile" in row and fragile_cell(row["fragile"]) != mine["fragile"]:
+        said = "yes: without seed {1}".format(*mine["fragile"]) if mine["fragile"][0] == "yes" else mine["fragile"][0]
+        out.append(f"fragile {row['fragile']!r} in the table, {said!r} recomputed")
+    return out
+
+
+ROW_COLUMNS = {"claim", "role", "kind", "mode", "slot", "lora", "arm", "ref", "verdict"}
+SEED_COLUMNS = {"mode", "slot", "group", "lora", "arm", "seed", "metric", "value"}
+
+
+def read_rows(path: Path, needed: set[str]) -> list[dict] | str:
+    """The rows of a csv file, or a one-line reason it cannot be checked."""
+    if not path.is_file():
+        return f"{path}: no such file"
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = needed - set(reader.fieldnames or [])
+        return list(reader) if not missing else f"{path}: no column {', '.join(sorted(missing))} (docs/study.md)"
 
 
 def main(claims_csv: str) -> int:
     claims_csv = Path(claims_csv)
     seeds_csv = claims_csv.with_name(claims_csv.stem + "_seeds.csv")
-    with open(claims_csv, newline="") as f:
-        rows = list(csv.DictReader(f))
-    ours = recompute(rows, load_seeds(seeds_csv))
+    rows, seeds = read_rows(claims_csv, ROW_COLUMNS), read_rows(seeds_csv, SEED_COLUMNS)
+    problem = next((x for x in (rows, seeds) if isinstance(x, str)), None)
+    if problem:
+        print(f"cannot check: {problem}")
+        return 2
+    ours = recompute(rows, Seeds(*Seeds.parse(seeds)))
     bad = 0
     for i, (row, mine) in enumerate(zip(rows, ours)):
-        where = f"row {i + 2} ({row['claim']}, {row['mode']} {row['slot']} {row['lora']} {row['arm']})"
-        for col in NUMBERS:
-            if not close(num(row[col]), float(mine[col])):
-                print(f"{where}: {col} = {row[col]} in the table, {mine[col]!r} recomputed")
-                bad += 1
-        if not row["verdict"].startswith(mine["kind"]):
-            print(f"{where}: verdict {row['verdict']!r} in the table, {mine['kind']!r} recomputed")
+        where = (f"row {i + 2} ({row['claim']} {row['role']} {row['kind']}: {row['mode']} {row['slot']} "
+                 f"{row['lora'] or '-'} {row['arm']} - {row['ref']})")  # fmt: skip
+        for problem in mismatches(row, mine):
+            print(f"{where}: {problem}")
             bad += 1
     print(f"{len(rows)} rows checked against {seeds_csv}: {bad} mismatches")
     return 1 if bad else 0

@@ -407,48 +407,62 @@ def _pooled(per_task: list[dict]) -> dict:
 
 
 def group_values(claim: Claim, index: Index, cell: Cell) -> tuple[dict, dict, int, str]:
-    """Per seed over the group's learning rates at which both arms ran: count = diverged rates; sum = spikes over the
-    rates where both are defined; range = max - min of the validation loss over the rates where both are finite."""
+    """Per seed the arm ran, over the group's learning rates at which both arms ran: count = diverged rates; sum =
+    spikes over the rates where both are defined; range = max - min of the validation loss over the rates where both
+    are finite (at least two). NaN for a seed where the measure is undefined (dropped)."""
     slots = index.group_slots(cell.mode, cell.slot)
     ran = {s: index.runs(cell.mode, s, "", "diverged") for s in slots}
     vals = {s: index.runs(cell.mode, s, "", claim.key) for s in slots}
-    a, r, left_out, seeds = {}, {}, 0, sorted(set().union(*(set(ran[s].get(cell.arm, {})) for s in slots)))
-    for seed in seeds:
+    a, r, left_out = {}, {}, 0
+    for seed in sorted(set().union(*(set(ran[s].get(cell.arm, {})) for s in slots))):
         rates = [s for s in slots if seed in ran[s].get(cell.arm, {}) and seed in ran[s].get(cell.ref, {})]
         pairs = [(vals[s].get(cell.arm, {}).get(seed, math.nan), vals[s].get(cell.ref, {}).get(seed, math.nan))
                  for s in rates]  # fmt: skip
         usable = [(x, y) for x, y in pairs if math.isfinite(x) and math.isfinite(y)]
         left_out += len(pairs) - len(usable)
         if not rates or (claim.measure == "range" and len(usable) < 2) or (claim.measure != "count" and not usable):
+            a[seed], r[seed] = math.nan, math.nan
             continue
         xs, ys = np.array(usable).T
         a[seed], r[seed] = {"count": (xs.sum(), ys.sum()), "sum": (xs.sum(), ys.sum()),
                             "range": (np.ptp(xs), np.ptp(ys))}[claim.measure]  # fmt: skip
     note = f"{left_out} (seed, rate) pairs left out: a run diverged or the measure is undefined" if left_out else ""
-    return a, r, len(seeds) - len(a), note
+    return a, r, sum(not math.isfinite(v) for v in a.values()), note
+
+
+def run_slope(index: Index, cell: Cell, arm: str, seed: int) -> float:
+    """One run's least-squares slope (nats per 100 steps) of its finite validation losses at steps >= its own
+    tail_start; NaN with fewer than 3 such points or no tail."""
+    tail = index.runs(cell.mode, cell.slot, "", "tail_start").get(arm, {}).get(seed, math.nan)
+    points = []
+    for key, by_arm in index.values.items():
+        if key[:3] == (cell.mode, cell.slot, "") and key[3].startswith("val_loss@"):
+            step, value = int(key[3].split("@")[1]), by_arm.get(arm, {}).get(seed, math.nan)
+            if math.isfinite(tail) and step >= tail and math.isfinite(value) and seed not in index.dropped:
+                points.append((step, value))
+    if len(points) < 3:
+        return math.nan
+    steps, values = np.array(sorted(points)).T
+    return 100 * float(np.polyfit(steps, values, 1)[0])
 
 
 def slope_values(index: Index, cell: Cell) -> tuple[dict, dict, int, str]:
-    """Per seed the least-squares slope (nats per 100 steps) of the validation loss over the constant-rate tail
-    (validation steps >= tail_start), of the arm and of the reference: their difference is the gap's slope."""
-    tail = _mean(index.runs(cell.mode, cell.slot, "", "tail_start").get(cell.arm, {}))
-    steps = sorted(int(k[3].split("@")[1]) for k in index.values if k[:3] == (cell.mode, cell.slot, "")
-                   and k[3].startswith("val_loss@"))  # fmt: skip
-    steps = [t for t in steps if math.isfinite(tail) and t >= tail]
-    out = []
-    for arm in (cell.arm, cell.ref):
-        curves = [index.runs(cell.mode, cell.slot, "", f"val_loss@{t}").get(arm, {}) for t in steps]
-        seeds = set.intersection(*(set(finite(c)) for c in curves)) if len(steps) >= 3 else set()
-        out.append({s: 100 * float(np.polyfit(steps, [c[s] for c in curves], 1)[0]) for s in seeds})
-    note = f"tail: validation steps {steps[0]}-{steps[-1]}" if len(steps) >= 3 else "no constant-rate tail"
-    return out[0], out[1], 0, note
+    """Per seed the validation loss's slope over each run's constant-rate tail (`run_slope`), of the arm and of the
+    reference: their difference is the gap's slope. Seeds of both arms without a slope are dropped."""
+    runs = index.runs(cell.mode, cell.slot, "", "tail_start")
+    a = {s: run_slope(index, cell, cell.arm, s) for s in runs.get(cell.arm, {})}
+    r = {s: run_slope(index, cell, cell.ref, s) for s in runs.get(cell.ref, {})}
+    both = set(a) & set(r)
+    dropped = len(both) - len(set(finite(a)) & set(finite(r)))
+    note = "" if finite(a) else "no constant-rate tail with 3 validation points"
+    return a, r, dropped, note
 
 
 # ---- one row ------------------------------------------------------------------------------------------------------
 def degenerate(claim: Claim, index: Index, mode: str, slot: str, arms: list[str]) -> str:
     """'' or '<arm>: <why>' for the first of `arms` that learned no more than token frequencies: no finite validation
     loss at any seed (diverged), a mean validation loss at or above the unigram entropy of its validation split or
-    within NEAR_UNIFORM of ln V, or (early rise) a first loss within NEAR_UNIFORM of ln V."""
+    at or above ln V - NEAR_UNIFORM, or (early rise) a first loss at or above ln V - NEAR_UNIFORM."""
     for arm in arms:
         runs = index.runs(mode, slot, "", "val_loss").get(arm, {})
         val = _mean(runs)
@@ -460,11 +474,11 @@ def degenerate(claim: Claim, index: Index, mode: str, slot: str, arms: list[str]
         if math.isfinite(val) and math.isfinite(entropy) and val >= entropy:
             return f"{arm}: validation loss {val:.3f} >= the unigram entropy {entropy:.3f} of its validation split"
         if math.isfinite(val) and math.isfinite(log_v) and val >= log_v - NEAR_UNIFORM:
-            return f"{arm}: validation loss {val:.3f} within {NEAR_UNIFORM} nats of ln V = {log_v:.3f}"
+            return f"{arm}: validation loss {val:.3f} >= ln V - {NEAR_UNIFORM} = {log_v - NEAR_UNIFORM:.3f}"
         if claim.key == "early_rise_excess" and math.isfinite(first) and first >= log_v - NEAR_UNIFORM:
             return (
-                f"{arm}: starts at loss {first:.3f}, within {NEAR_UNIFORM} nats of ln V = {log_v:.3f}: a curve that "
-                "starts at the uniform loss cannot rise"
+                f"{arm}: starts at loss {first:.3f} >= ln V - {NEAR_UNIFORM} = {log_v - NEAR_UNIFORM:.3f}: a curve "
+                "that starts at the uniform loss cannot rise"
             )
     return ""
 
@@ -472,7 +486,9 @@ def degenerate(claim: Claim, index: Index, mode: str, slot: str, arms: list[str]
 def resolution(claim: Claim, index: Index, cell: Cell) -> str:
     """'' or why a score row cannot show the paper's effect: one problem is worth more than PAPER_SCORE_EFFECT."""
     key = "indomain_problems" if claim.key == "indomain_score" else "transfer_problems"
-    n = _mean({i: v for by in index.runs(cell.mode, cell.slot, cell.lora, key).values() for i, v in by.items()})
+    runs = index.runs(cell.mode, cell.slot, cell.lora, key)
+    counts = [v for arm in (cell.arm, cell.ref) for v in finite(runs.get(arm, {})).values()]
+    n = min(counts, default=math.nan)  # the coarsest evaluation set of the row
     if not math.isfinite(n) or n <= 0 or 100 / n <= PAPER_SCORE_EFFECT:
         return ""
     return (
@@ -493,13 +509,14 @@ def precheck(claim: Claim, cell: Cell, a: dict, r: dict, index: Index) -> str:
         return f"not measured: {claim.metric} of {cell.ref}"
     if claim.resolution and resolution(claim, index, cell):
         return resolution(claim, index, cell)
-    n = len(set(finite(a)) & set(finite(r))) if cell.kind != "fisher" else min(len(a), len(r))
+    fisher = cell.kind == "fisher"
+    n = min(len(a), len(r)) if fisher else len(set(finite(a)) & set(finite(r)))
     if n == 0:
         return f"not testable: no seed has finite values of both {cell.arm} and {cell.ref}"
     constant = set(finite(a).values()) | set(finite(r).values())
     if len(constant) == 1:
         return f"not testable: every seed of both arms reads {constant.pop():g}"
-    if n == 1:
+    if (len(a) == len(r) == 1) if fisher else n == 1:
         return "n = 1, no interval"
     if claim.premise and all(v <= 0 for v in finite(r).values()):
         return f"not testable: {claim.premise}"

@@ -4,7 +4,8 @@
   confidence interval that inverts it. Under H0 the n paired differences d_i are symmetric about 0, so each of the
   2^n sign patterns is equally likely. One-sided p_upper = #{patterns s: sum s_i d_i >= sum d_i} / 2^n, which is
   (1 + #{non-empty subsets S: mean_S(d) <= 0}) / 2^n (flipping S lowers the sum by 2 sum_S d); p_lower likewise with
-  >= 0; the two-sided p is min(1, 2 min(p_upper, p_lower)). Its smallest value is 2 / 2^n (0.031 for n = 6).
+  >= 0; the two-sided p is min(1, 2 min(p_upper, p_lower)). A subset mean within 1e-12 max|d_i| of 0 counts as 0 (a
+  subset that sums to 0 up to round-off). Its smallest value is 2 / 2^n (0.031 for n = 6).
   The interval at level alpha (Hartigan 1969): the 2^n - 1 subset means split the line into 2^n intervals that hold
   the centre of symmetry with equal probability, so [m_(k), m_(2^n - k)] with k = floor(alpha 2^n / 2) (m_(j) the
   j-th smallest subset mean) has coverage >= 1 - alpha, and excludes 0 exactly when p <= alpha; k = 0 (n too small
@@ -70,7 +71,7 @@ def sign_flip(values: list[float], alpha: float = 0.05) -> SignFlip:
     if n == 0:
         return SignFlip(0, math.nan, math.nan, math.nan, math.nan)
     means = subset_means(values)
-    means[np.abs(means) <= 1e-12 * max(1.0, float(np.abs(means).max()))] = 0.0  # a subset summing to 0 is 0
+    means[np.abs(means) <= 1e-12 * float(np.max(np.abs(values)))] = 0.0  # a subset summing to 0 is 0
     upper = (1 + int(np.sum(means <= 0))) / 2**n
     lower = (1 + int(np.sum(means >= 0))) / 2**n
     k = math.floor(alpha * 2**n / 2 + 1e-9)
