@@ -157,6 +157,16 @@ def test_runs_are_in_the_project_mlflow_store(pipeline):
     )
 
 
+def test_job_logs_hold_plain_lines_and_no_carriage_return(pipeline):
+    """Every log of the default DAG's jobs is plain lines: no carriage-return bar (transformers' "Loading weights"
+    and "Writing model shards", the hub's downloads, tqdm), and the long jobs' progress as lines."""
+    logs = sorted(p for p in (pipeline / "results/logs").rglob("*") if p.is_file())
+    assert len(logs) > 30 and {p.parent.name for p in logs} >= {"pretrain", "diagnostics", "posttrain", "report"}
+    assert [str(p.relative_to(pipeline)) for p in logs if b"\r" in p.read_bytes()] == []
+    diagnosis = (pipeline / "results/logs/diagnostics").glob("*.log")
+    assert all("pit diagnose: [4/4] layerwise consistency and logit lens" in p.read_text() for p in diagnosis)
+
+
 def test_diagnostics_separate_pit_from_tt(pipeline):
     workdir = pipeline
     for mode, slot in (("teacher", "256m"), ("scratch", "303m")):
