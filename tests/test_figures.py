@@ -166,6 +166,28 @@ def test_tables_put_paper_columns_beside_ours_and_carry_their_notes(tmp_path):
     assert json.loads((tmp_path / "table1.json").read_text())["notes"][0].startswith("first_loss = ")
 
 
+def test_table4_says_the_decoding_its_scores_were_made_with(tmp_path):
+    """The note under Table 4 (scores) comes from the `protocol` of the score files it reads: the decoding, each
+    set's stop strings and prompt template hash; files written before the protocol existed are counted."""
+    from pit.reporting.tables import decoding_notes
+
+    decoding = {"shots": 0, "greedy": True, "max_new_tokens": 32, "batch_size": 8}
+    for sub, task, stop in (("eval", "mbpp", ["[DONE]", "\nassert"]), ("base", "humaneval", ["\ndef"])):
+        folder = tmp_path / "teacher" / "256m" / "pit" / "mbpp" / sub
+        folder.mkdir(parents=True, exist_ok=True)
+        protocol = {"task": task, "decoding": {**decoding, "stop": stop}, "prompt": {"template_sha256": task * 4}}
+        (folder / f"{task}.json").write_text(json.dumps({"task": task, "protocol": protocol}))
+        (folder / f"{task}.lm_eval.json").write_text("{}")
+    (tmp_path / "teacher" / "256m" / "pit" / "mbpp" / "base" / "mbpp.json").write_text("{}")  # an older file
+    (note,) = decoding_notes(tmp_path)
+    assert note.startswith("Decoding (the `protocol` of each score file, `<set>.json` and `<set>.lm_eval.json`): "
+                           "0-shot, greedy, at most 32 new tokens (batch 8); one completion per problem (pass@1); it "
+                           'stops at the first of the set\'s stop strings (mbpp: `"[DONE]"`, `"\\nassert"`; humaneval: '
+                           '`"\\ndef"`).')  # fmt: skip
+    assert "(sha256 mbpp mbppmbppmbpp, humaneval humanevalhum; docs/evaluation.md)" in note
+    assert note.endswith("1 of 3 score files record no protocol (written before it existed).")
+
+
 def test_report_opens_with_summary_and_provenance_and_captions_its_figures(tmp_path):
     """REPORT.md: summary, provenance, what was run, then the tables (with their notes) and the figures (with the
     HTML report's captions); REPORT.html embeds the figures. Models that end above the unigram entropy are said to

@@ -264,6 +264,12 @@ def test_post_training_fills_table4_with_scores_gains_and_side_effects(pipeline)
     assert (effects["kl_mbpp"] > 0).all() and "mbpp" not in effects.columns
     report = (workdir / "results/REPORT.md").read_text()
     assert "## Table 4 (scores)" in report and "## Table 4 (side effects)" in report
+    notes = json.loads((workdir / "results/tables/table4_scores.json").read_text())["notes"]
+    (decoding,) = [n for n in notes if n.startswith("Decoding")]  # from the score files' protocol
+    assert "0-shot, greedy, at most 8 new tokens (batch " in decoding and '`"[DONE]"`' in decoding, decoding
+    assert decoding in report and decoding in (workdir / "results/tables/table4_scores.md").read_text()
+    score = json.loads((workdir / "results/posttrain/scratch/303m/pit/mbpp/eval/mbpp.lm_eval.json").read_text())
+    assert score["protocol"]["decoding"]["max_new_tokens"] == 8 and score["protocol"]["problems"] == 2
 
 
 def test_paper_profile_dry_run_has_fifteen_gpu_pretraining_jobs(tmp_path):

@@ -319,7 +319,8 @@ def decoding_notes(post_root: str | Path) -> list[str]:
     if not protocols:
         return ["Decoding: not recorded (score files written before they carried their `protocol`)."]
     ways = sorted({_decoding_words(p["decoding"]) for p in protocols})
-    sets = {p["task"]: p for p in sorted(protocols, key=lambda p: _by_task_order([p["task"]]))}
+    order = _by_task_order({p["task"].removesuffix("-standin") for p in protocols})  # the paper's column order
+    sets = {p["task"]: p for p in sorted(protocols, key=lambda p: order.index(p["task"].removesuffix("-standin")))}
     stops = "; ".join(f"{t}: {', '.join(f'`{json.dumps(s)}`' for s in p['decoding']['stop'])}" for t, p in sets.items())
     prompts = ", ".join(f"{t} {p['prompt']['template_sha256'][:12]}" for t, p in sets.items())
     lacking = len(files) - len(protocols)
