@@ -4,7 +4,7 @@ a redirect) plain lines instead, with no carriage returns and no bar glyphs.
 - `progress_bar`: the long loops (training steps, documents, samples): in a log one line at the start, then at most
   one every LINE_INTERVAL_S seconds, and one at the end.
 - `Steps`: named steps of a command (each job of a Snakemake run that `pit verify` starts, each phase of `pit share
-  pull`): one line per step, `desc: [k/n] what (elapsed)`; on a terminal above a bar of the count.
+  pull`): one line per step, `desc: [k/n] what (elapsed)`, on a terminal too (there, optionally, above a bar).
 - `library_bars_off`: the libraries' own bars (the hub's downloads, transformers' "Loading weights" and "Writing
   model shards") off where stderr is not a terminal; `pit` calls it as it starts (pit/commands/__init__.py).
 """
@@ -64,12 +64,14 @@ def is_terminal(stream) -> bool:
 
 class Steps:
     """Named steps, one line each as it happens: `desc: [k/n] text (m:ss)` (`n` once known, elapsed since the
-    start); on a terminal the lines scroll above a tqdm bar of the count."""
+    start). With `bar`, on a terminal the lines scroll above a tqdm bar of the count (`close` ends it); a few
+    phases need none."""
 
-    def __init__(self, desc: str, total: int | None = None, *, unit: str = "step", file=None):
+    def __init__(self, desc: str, total: int | None = None, *, unit: str = "step", bar: bool = False, file=None):
         self.desc, self.total, self.n, self.start = desc, total, 0, time.monotonic()
         self.stream = sys.stderr if file is None else file
-        self.bar = tqdm(total=total, desc=desc, unit=unit, file=self.stream) if is_terminal(self.stream) else None
+        shown = bar and is_terminal(self.stream)
+        self.bar = tqdm(total=total, desc=desc, unit=unit, file=self.stream) if shown else None
 
     def line(self, text: str, done: int = 0) -> None:
         """Write `text` as the next line, after counting `done` more steps finished."""

@@ -249,7 +249,7 @@ def rerun(root: Path, configfile: Path, targets: list[str], scratch: Path, rules
         _seed(root, scratch, [p for outputs in jobs.values() for p in outputs])
     before = _snapshot(scratch)
     force = ["--forcerun", *rules] if rules else []
-    steps = Steps("pit verify", unit="job")  # each job as Snakemake finishes it, on stderr
+    steps = Steps("pit verify", unit="job", bar=True)  # each job as Snakemake finishes it, on stderr
     try:
         _snakemake(root, configfile, scratch, "--cores", cores, *force, "--", *targets, on_line=JobLines(steps))
     finally:
