@@ -253,7 +253,7 @@ def loss_curves_figure(root: Path, mode: str, profile: str):
                 axes[0][col].axis("off")
         low.set_xlabel("tokens seen")
         low.xaxis.set_major_formatter(EngFormatter(sep=""))  # 200k, not 200000
-        low.set_ylabel("training loss (nats/token, lower is better)")
+        low.set_ylabel("training loss (nats/token)\nlower is better")
         low.grid(alpha=0.3)
     fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=min(len(handles), 5), fontsize=9)
     number = 3 if mode == "scratch" else 4
