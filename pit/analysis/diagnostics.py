@@ -32,13 +32,13 @@ def diagnose(
     seq_len: int = 128,
     device: str = "cpu",
 ) -> dict:
-    """All diagnostics of one checkpoint; the validation-data parts are None without `val_data`. Each phase is a
-    line on stderr as it starts (a large model's diagnosis takes minutes)."""
+    """All diagnostics of one checkpoint; the validation-data parts are None without `val_data`. Each phase after
+    the model's load is a line on stderr as it starts, with the time since the start (a large model's diagnosis
+    takes minutes)."""
     data = None if val_data is None else TokenFile(val_data)
     if data is not None:
         data.check_checkpoint(checkpoint)  # before the model loads
-    steps = Steps("pit diagnose", total=2 if data is None else 4, unit="phase")
-    steps.line(f"loading {checkpoint}", 1)
+    steps = Steps("pit diagnose", total=1 if data is None else 3, unit="phase")  # after the load: bad input is 1 line
     model = load_model(checkpoint, device=device)
     E, W_out = interface_matrices(model, float64=True)
     steps.line(f"interface metrics of the {E.shape[0]} x {E.shape[1]} tables (float64)", 1)

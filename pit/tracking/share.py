@@ -147,6 +147,7 @@ def _dvc(what: str, call):
 def push(root: Path, remote: str | None = None) -> dict:
     """Record the pipeline's outputs and push them: {'pushed': files sent, 'lock_changed': dvc.lock differs from
     git HEAD (commit it, or a clone pulls the old record)}. Each phase is a line on stderr as it starts."""
+    tracked_profile(root)  # not a checkout's root: one error line, before any phase line
     steps = Steps("pit share push", total=3, unit="phase")
     steps.line("snakemake -n: is every output up to date?", 1)
     pending = pending_jobs(root)
