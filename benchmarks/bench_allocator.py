@@ -46,7 +46,9 @@ def child(layers: int, rounds: int) -> list[dict]:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rounds", type=int, default=2, help="child processes per policy, alternating")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--json", action="store_true")

@@ -154,7 +154,9 @@ def summarize(runs: dict, seeds: list[int]) -> dict:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("data", type=Path, help="folder with train.bin and val.bin")
     ap.add_argument("tokenizer", type=Path, help="the token files' tokenizer folder")
     ap.add_argument("--steps", type=int, default=300)

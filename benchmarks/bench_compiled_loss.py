@@ -60,7 +60,9 @@ def arm(module, g, M, targets):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--dim", type=int, default=64)

@@ -24,7 +24,9 @@ LOSSES = {"naive": naive_linear_cross_entropy, "chunked": linear_cross_entropy}
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--vocab", type=int, default=50257)
     ap.add_argument("--dim", type=int, default=768)

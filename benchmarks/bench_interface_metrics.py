@@ -53,7 +53,7 @@ def timed(arms: dict, rounds: int) -> tuple[dict, dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, default=50257)
     parser.add_argument("--dim", type=int, default=2048)
     parser.add_argument("--rounds", type=int, default=1)

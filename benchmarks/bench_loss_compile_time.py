@@ -49,7 +49,9 @@ def compile_case(rows: int, chunk: int | None) -> dict:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rows", type=int, default=65536, help="rows of the loss (64 windows of 1024 tokens)")
     ap.add_argument("--chunks", default="1024,none", help="rows per chunk of each case; none = the library's choice")
     ap.add_argument("--json", action="store_true")

@@ -20,7 +20,7 @@ TASKS = ["humaneval", "mbpp", "gsm8k", "svamp"]
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
     p.add_argument("checkpoints", nargs="+")
     p.add_argument("--limit", type=int, default=40)
     p.add_argument("--max-new-tokens", type=int, default=128)

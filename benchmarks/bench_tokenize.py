@@ -47,7 +47,7 @@ def arms(corpus: Path, work: Path, name: str, texts: list[str]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, default=ROOT / "resources/corpus/stdlib/manifest.json")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()

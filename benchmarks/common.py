@@ -20,7 +20,9 @@ def step_comparison_args(doc: str, argv=None):
     """The command line of a `compare_steps` script: --rounds (3), --layers (4), --json."""
     import argparse
 
-    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        allow_abbrev=False, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (the best is kept)")
     ap.add_argument("--layers", type=int, default=4, help="blocks of the small scratch model")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")

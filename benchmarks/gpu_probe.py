@@ -342,7 +342,9 @@ def chunk_probe(size) -> list[dict]:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("out", type=Path)
     ap.add_argument("--seconds", type=float, default=300)
     ap.add_argument("--cpu-smoke", action="store_true", help="the same code on CPU at scratch-tiny, V = 1000, T = 64")

@@ -46,7 +46,7 @@ def programs(sandbox: ModuleType) -> list:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--mode", choices=["weak"], default=None, help="default: sandbox_mode()")

@@ -120,7 +120,9 @@ def replay(jobs, deps, priority, slots: int, cores: int, rng: random.Random) -> 
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("logs", type=Path, nargs="+", help="Snakemake's log of the run (of each run, in order)")
     ap.add_argument("--slots", default="3,4,5", help="GPU slot counts to replay (comma-separated)")
     ap.add_argument("--cores", type=int, default=16, help="Snakemake's --cores of the replay")

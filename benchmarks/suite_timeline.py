@@ -75,7 +75,7 @@ def summary(rows: list[dict], longest: int = 10) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("timeline", help="the JSON-lines file the plugin wrote")
     parser.add_argument("--files", type=int, default=15, help="how many test files to list")
     args = parser.parse_args()

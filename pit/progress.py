@@ -1,10 +1,19 @@
-"""Progress of the long loops (training steps, documents, samples): tqdm's bar on a terminal; where stderr is not
-a terminal (a workflow job's log file) plain lines instead, one at the start, then at most one every
-LINE_INTERVAL_S seconds, and one at the end, with no carriage returns and no bar glyphs."""
+"""Progress of long commands: tqdm's bar on a terminal; where stderr is not a terminal (a workflow job's log file,
+a redirect) plain lines instead, with no carriage returns and no bar glyphs.
+
+- `progress_bar`: the long loops (training steps, documents, samples): in a log one line at the start, then at most
+  one every LINE_INTERVAL_S seconds, and one at the end.
+- `Steps`: named steps of a command (each job of a Snakemake run that `pit verify` starts, each phase of `pit share
+  pull`): one line per step, `desc: [k/n] what (elapsed)`, on a terminal too (there, optionally, above a bar).
+- `library_bars_off`: the libraries' own bars (the hub's downloads, transformers' "Loading weights" and "Writing
+  model shards") off where stderr is not a terminal; `pit` calls it as it starts (pit/commands/__init__.py).
+"""
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 
 from tqdm import tqdm
 
@@ -40,10 +49,69 @@ class LineProgress(tqdm):
 def progress_bar(iterable=None, *, file=None, **kwargs) -> tqdm:
     """`tqdm(iterable, **kwargs)` on a terminal, else a LineProgress writing to the same stream (stderr)."""
     stream = sys.stderr if file is None else file
-    if getattr(stream, "isatty", lambda: False)():
+    if is_terminal(stream):
         return tqdm(iterable, file=stream, **kwargs)
     kwargs.pop("dynamic_ncols", None)
     kwargs.setdefault("mininterval", LINE_INTERVAL_S)
     total = kwargs.get("total", len(iterable) if hasattr(iterable, "__len__") else None)
     kwargs.setdefault("bar_format", OPEN_FORMAT if total is None else LINE_FORMAT)
     return LineProgress(iterable, file=stream, **kwargs)
+
+
+def is_terminal(stream) -> bool:
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+class Steps:
+    """Named steps, one line each as it happens: `desc: [k/n] text (m:ss)` (`n` once known, elapsed since the
+    start). With `bar`, on a terminal the lines scroll above a tqdm bar of the count (`close` ends it); a few
+    phases need none."""
+
+    def __init__(self, desc: str, total: int | None = None, *, unit: str = "step", bar: bool = False, file=None):
+        self.desc, self.total, self.n, self.start = desc, total, 0, time.monotonic()
+        self.stream = sys.stderr if file is None else file
+        shown = bar and is_terminal(self.stream)
+        self.bar = tqdm(total=total, desc=desc, unit=unit, file=self.stream) if shown else None
+
+    def line(self, text: str, done: int = 0) -> None:
+        """Write `text` as the next line, after counting `done` more steps finished."""
+        self.n += done
+        if self.bar is not None and done:
+            self.bar.update(done)
+        minutes, seconds = divmod(int(time.monotonic() - self.start), 60)
+        count = f"[{self.n}/{self.total}] " if self.total else ""
+        shown = f"{self.desc}: {count}{text} ({minutes}:{seconds:02d})"
+        if self.bar is not None:
+            self.bar.write(shown, file=self.stream)
+        else:
+            self.stream.write(shown + "\n")
+            self.stream.flush()
+
+    def set_total(self, total: int) -> None:
+        self.total = total
+        if self.bar is not None:
+            self.bar.total = total
+            self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+TRUE_WORDS = ("1", "ON", "YES", "TRUE")
+
+
+def library_bars_off() -> None:
+    """The libraries' own tqdm bars off: huggingface_hub's (HF_HUB_DISABLE_PROGRESS_BARS; transformers' bars
+    follow it), datasets' (HF_DATASETS_DISABLE_PROGRESS_BARS). Each library reads its variable when it is imported,
+    so this runs before a command imports them; one imported already (an in-process caller) is switched off by its
+    own call. A variable set to another value by the user is kept, and so are their bars."""
+    for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+        os.environ.setdefault(name, "1")
+    hub_off = os.environ["HF_HUB_DISABLE_PROGRESS_BARS"].upper() in TRUE_WORDS
+    if hub_off and "huggingface_hub" in sys.modules:
+        sys.modules["huggingface_hub"].utils.disable_progress_bars()
+    if hub_off and "transformers.utils.logging" in sys.modules:
+        sys.modules["transformers.utils.logging"].disable_progress_bar()
+    if os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"].upper() in TRUE_WORDS and "datasets.utils" in sys.modules:
+        sys.modules["datasets.utils"].disable_progress_bars()

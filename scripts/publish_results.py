@@ -86,7 +86,9 @@ def generated_summary(table, link: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--results", default="results", help="the run's results folder")
     parser.add_argument("--profile", required=True)
     parser.add_argument("--wall-time-s", type=float, required=True, help="wall time of the whole run (seconds)")

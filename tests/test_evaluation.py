@@ -13,7 +13,7 @@ from pit.evaluation.answers import extract_answer, same_number
 from pit.evaluation.evaluate import read_samples
 from pit.evaluation.generate import truncate
 from pit.evaluation.sandbox import Limits
-from pit.evaluation.tasks import check_fields, load_task, score
+from pit.evaluation.tasks import SPECS, check_fields, load_task, score
 
 LIMITS = Limits(timeout=3.0)
 MUTATIONS = [
@@ -362,6 +362,13 @@ def test_cli_evaluates_several_tasks_with_one_model_load(tmp_path):
         assert harness["results"][name]["exact_match,flexible-extract"] == result["accuracy"]
         assert "exact_match_stderr,flexible-extract" in harness["results"][name]
         assert harness["configs"][name]["generation_kwargs"]["do_sample"] is False
+        protocol = result["protocol"]  # how the score was made, in both files
+        assert harness["protocol"] == protocol and protocol["task"] == name and protocol["problems"] == 3
+        assert protocol["decoding"] == {
+            "shots": 0, "greedy": True, "max_new_tokens": 4, "stop": ["\n\n", "\nQuestion:"], "batch_size": 8
+        }  # fmt: skip
+        assert protocol["prompt"]["template"] == SPECS[task].template and protocol["model"] == str(ckpt)
+    assert "%|" not in proc.stderr and "generate: 1/1 (100%)" in proc.stderr  # plain progress lines, no tqdm bar
     import mlflow
 
     client = mlflow.MlflowClient(uri)
@@ -388,15 +395,43 @@ def test_cli_evaluates_several_tasks_with_one_model_load(tmp_path):
 def test_lm_eval_layout_has_the_harness_mean_and_stderr():
     """The lm-evaluation-harness layout of a result: the mean of the 0/1 outcomes and lm-eval's stderr of it,
     sqrt(sum (x - mean)^2 / (n - 1) / n); the code tasks under the harness's own metric keys."""
-    from pit.evaluation.evaluate import Sampling, lm_eval_path, lm_eval_results
-    from pit.evaluation.tasks import load_task
+    import datetime
+    import hashlib
+    import re
+
+    import pit
+    from pit.evaluation.evaluate import Sampling, lm_eval_path, lm_eval_results, protocol
+    from pit.evaluation.tasks import MBPP_STOPS, load_task
 
     task = load_task("mbpp", limit=4)
     outcomes = dict(zip(task.records, [True, False, False, True], strict=True))
-    result = {"results": {t: {"passed": p} for t, p in outcomes.items()}, "n": 4}
-    harness = lm_eval_results(task, result, Sampling(max_new_tokens=32), "ckpt")
+    sampling, prompts = Sampling(max_new_tokens=32), [task.prompt(i) for i in task.records]
+    made = protocol(task, sampling, prompts, "ckpt")
+    result = {"results": {t: {"passed": p} for t, p in outcomes.items()}, "n": 4, "protocol": made}
+    harness = lm_eval_results(task, result, sampling, "ckpt")
     scores = harness["results"][task.name]
     assert scores["pass_at_1,none"] == 0.5 and scores["pass_at_1_stderr,none"] == pytest.approx((1 / 12) ** 0.5)
     assert harness["n-samples"][task.name] == {"original": 4, "effective": 4}
     assert harness["configs"][task.name]["num_fewshot"] == 0 and harness["config"]["model_args"] == "pretrained=ckpt"
     assert lm_eval_path(Path("eval/mbpp.json")) == Path("eval/mbpp.lm_eval.json")
+    # the protocol beside the score: when, which code, the prompt, the decoding, how many problems, the scoring rule
+    assert list(made) == [
+        "date", "commit", "pit_version", "model", "task", "dataset", "problems", "prompt", "decoding", "scoring"
+    ]  # fmt: skip
+    when = datetime.datetime.fromisoformat(made["date"])
+    assert when.tzinfo is not None and abs(time.time() - when.timestamp()) < 3600
+    assert re.fullmatch(r"[0-9a-f]{40}|unknown", made["commit"]) and made["pit_version"] == pit.__version__
+    assert made["problems"] == 4 and made["dataset"] == "offline stand-in (pit.evaluation.standins)"
+    template = made["prompt"]["template"]
+    assert template.startswith("You are an expert Python programmer") and "{test_list}" in template
+    assert made["prompt"]["template_sha256"] == hashlib.sha256(template.encode()).hexdigest()
+    assert made["prompt"]["prompts_sha256"] == hashlib.sha256(json.dumps(prompts).encode()).hexdigest()
+    assert made["decoding"] == {"shots": 0, "greedy": True, "max_new_tokens": 32, "stop": MBPP_STOPS, "batch_size": 8}
+    assert made["scoring"].startswith("pass@1: ")
+    # lm-eval's own keys for the same facts
+    assert harness["date"] == when.timestamp() and harness["git_hash"] == made["commit"]
+    assert harness["configs"][task.name]["doc_to_text"] == template and harness["protocol"] == made
+    sampled = protocol(task, Sampling(max_new_tokens=8, temperature=0.7, top_p=0.9), prompts)["decoding"]
+    assert {k: sampled[k] for k in ("greedy", "temperature", "top_k", "top_p")} == {
+        "greedy": False, "temperature": 0.7, "top_k": None, "top_p": 0.9
+    }  # fmt: skip

@@ -84,11 +84,57 @@ def test_claims_figure_draws_one_panel_per_claim_and_mode_and_names_all_zero_cla
     assert [(c.id, mode, [cell[0] for cell in cells]) for c, mode, cells in panels] == [
         ("teacher_val_loss", "teacher", ["256m", "1.3b"])
     ]
-    assert claim_ylabel(panels[0][0]) == "val loss (nats/token)"
+    assert claim_ylabel(panels[0][0]) == "val loss (nats/token; lower is better)"
     assert zero == ["Teacher mode: PIT more stable early (Fig. 4)"]
     out = tmp_path / "claims_training.png"
     claims_group_figure("training", *claim_panels("training", table, index), out, "test", seeded=False)
     assert Image.open(out).size[0] > 300
+
+
+def test_loss_curves_are_smoothed_with_a_seed_band_and_name_their_slot_and_direction(tmp_path):
+    """Every training-loss curve is drawn by one helper, `smoothed_curves`: each seed's raw per-step loss faint
+    behind, the mean of the seeds' debiased EMAs (`smooth`) as the arm's line, their range as a band. Figures 3/4
+    name their slots and say that lower is better; so do the NLL-change claim panels, and Figure 2 names the slot
+    its checkpoints come from."""
+    import math
+
+    import matplotlib.pyplot as plt
+    import pytest
+
+    from pit.reporting.claims import CLAIMS
+    from pit.reporting.figures import checkpoint_origin, claim_ylabel, loss_curves_figure, smooth, smoothed_curves
+
+    assert smooth([4.0, 1.0], fraction=1.0) == pytest.approx([4.0, 1.75])  # span 2: b = 1/3, debiased from step 1
+    assert smooth([3.0, 1.0, 2.0]) == [3.0, 1.0, 2.0]  # fewer than 1 / 5% points: nothing to average
+    fig, ax = plt.subplots()
+    line = smoothed_curves(ax, [([1, 2, 3], [4.0, 1.0, 1.0]), ([1, 2, 3], [2.0, 1.0, 1.0])], {"color": "k"})
+    assert [a.get_alpha() for a in ax.lines] == [0.2, 0.2, None] and list(line.get_ydata()) == [3.0, 1.0, 1.0]
+    band = ax.collections[0].get_paths()[0].vertices
+    assert {(1.0, 2.0), (1.0, 4.0), (3.0, 1.0)} <= {tuple(v) for v in band}  # seeds' min and max at each x
+    plt.close(fig)
+
+    for arm, seed in [(a, s) for a in ("pit", "tt") for s in (0, 1)]:
+        run = tmp_path / "runs" / "teacher" / "256m" / arm / f"seed{seed}"
+        run.mkdir(parents=True)
+        rows = [{"step": s, "tokens": 64 * (s + 1), "loss": 5 + math.sin(s) + seed} for s in range(40)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (run / "summary.json").write_text("{}")
+        (run / "run.json").write_text(json.dumps({"tags": {"mode": "teacher", "slot": "256m"}, "params": {}}))
+    fig = loss_curves_figure(tmp_path / "runs", "teacher", "test")
+    title, (ax,) = fig._suptitle.get_text(), fig.axes
+    assert title.startswith("Figure 4: teacher-mode training loss, slot 256m (profile: test); lower is better\n")
+    assert "band: range over seeds, faint: raw per-step loss" in title and ax.get_title() == "teacher mode, slot 256m"
+    assert "lower is better" in ax.get_ylabel()
+    losses = [[5 + math.sin(s) + seed for s in range(40)] for seed in (0, 1)]
+    mean = [(a + b) / 2 for a, b in zip(smooth(losses[0]), smooth(losses[1]), strict=True)]
+    assert len(ax.lines) == 6 and list(ax.lines[2].get_ydata()) == pytest.approx(mean)  # TT: 2 raw, then its line
+    plt.close(fig)
+
+    nll = [c for c in CLAIMS if c.key in ("indomain_nll_change", "transfer_nll_change")]
+    assert nll and all(claim_ylabel(c).endswith("; lower is better)") for c in nll)
+    final = tmp_path / "runs" / "teacher" / "256m" / "pit" / "seed0" / "final"
+    assert checkpoint_origin(str(final)) == "teacher slot 256m"
+    assert checkpoint_origin(str(tmp_path / "elsewhere" / "final")) == str(tmp_path / "elsewhere" / "final")
 
 
 def test_an_arm_far_above_the_others_gets_its_own_axis():
@@ -117,6 +163,28 @@ def test_tables_put_paper_columns_beside_ours_and_carry_their_notes(tmp_path):
     assert '<th class="paper">paper_train_loss</th>' in page
     assert "first_loss = training loss of the first step" in (tmp_path / "table1.md").read_text()
     assert json.loads((tmp_path / "table1.json").read_text())["notes"][0].startswith("first_loss = ")
+
+
+def test_table4_says_the_decoding_its_scores_were_made_with(tmp_path):
+    """The note under Table 4 (scores) comes from the `protocol` of the score files it reads: the decoding, each
+    set's stop strings and prompt template hash; files written before the protocol existed are counted."""
+    from pit.reporting.tables import decoding_notes
+
+    decoding = {"shots": 0, "greedy": True, "max_new_tokens": 32, "batch_size": 8}
+    for sub, task, stop in (("eval", "mbpp", ["[DONE]", "\nassert"]), ("base", "humaneval", ["\ndef"])):
+        folder = tmp_path / "teacher" / "256m" / "pit" / "mbpp" / sub
+        folder.mkdir(parents=True, exist_ok=True)
+        protocol = {"task": task, "decoding": {**decoding, "stop": stop}, "prompt": {"template_sha256": task * 4}}
+        (folder / f"{task}.json").write_text(json.dumps({"task": task, "protocol": protocol}))
+        (folder / f"{task}.lm_eval.json").write_text("{}")
+    (tmp_path / "teacher" / "256m" / "pit" / "mbpp" / "base" / "mbpp.json").write_text("{}")  # an older file
+    (note,) = decoding_notes(tmp_path)
+    assert note.startswith("Decoding (the `protocol` of each score file, `<set>.json` and `<set>.lm_eval.json`): "
+                           "0-shot, greedy, at most 32 new tokens (batch 8); one completion per problem (pass@1); it "
+                           'stops at the first of the set\'s stop strings (mbpp: `"[DONE]"`, `"\\nassert"`; humaneval: '
+                           '`"\\ndef"`).')  # fmt: skip
+    assert "(sha256 mbpp mbppmbppmbpp, humaneval humanevalhum; docs/evaluation.md)" in note
+    assert note.endswith("1 of 3 score files record no protocol (written before it existed).")
 
 
 def test_report_opens_with_summary_and_provenance_and_captions_its_figures(tmp_path):

@@ -7,6 +7,7 @@ plain progress lines.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import io
 import subprocess
@@ -19,6 +20,7 @@ import yaml
 from helpers import ROOT, write_config
 
 from pit.commands import main
+from pit.commands.run_settings import apply_override
 from pit.pipeline.config import schema
 from pit.pipeline.profile import Profile, arm_kind, mode_arms
 from pit.progress import progress_bar
@@ -75,31 +77,86 @@ def test_version_is_the_package_metadata(capsys):
 # --- Settings: file, --set, --print-config ------------------------------------------------------------------
 
 
+INTERFACE_DEFAULTS = {"kind": "pit", "trainable_z": False, "t_init": "identity", "diag_clamp": None,
+                      "retraction_eps": 0.0, "init_std": 0.02, "t_power": 1.0, "t_scale": 1.0}  # fmt: skip
+MLFLOW_DEFAULTS = {"tracking_uri": None, "experiment": "pit", "enabled": True}
+
+
 @pytest.mark.parametrize(
     ("command", "base", "sets", "expected"),
     [
-        (["train"], TRAIN, ["lr=1e-3", "interface.kind=tt", "max_steps=20", "tags={a: b}"],
-         {"lr": 0.001, "interface": {"kind": "tt"}, "max_steps": 20, "warmup_steps": 2, "tags": {"a": "b"}}),
+        (["train"], TRAIN, ["lr=1e-3", "interface.kind=tt", "max_steps=20", "tags={a: b}", "mlflow.enabled=false"],
+         {"lr": 0.001, "interface": {**INTERFACE_DEFAULTS, "kind": "tt"}, "max_steps": 20, "warmup_steps": 2,
+          "tags": {"a": "b"}, "mlflow": {**MLFLOW_DEFAULTS, "enabled": False}}),
         (["lora", "train"], {"base": "b", "task": "mbpp"}, ["rank=16", "targets.pit_scratch=[q_proj]"],
-         {"rank": 16, "targets": {"pit_scratch": ["q_proj"], "pit_gpt2": ["attn.c_attn", "attn.c_proj"]}}),
+         {"rank": 16, "targets": {"pit_scratch": ["q_proj"], "pit_gpt2": ["attn.c_attn", "attn.c_proj"]},
+          "mlflow": MLFLOW_DEFAULTS}),
     ],
 )  # fmt: skip
 def test_set_overrides_and_print_config_round_trip(tmp_path, capsys, command, base, sets, expected):
+    """--print-config prints every setting with its default filled in, inside the interface and the MLflow block
+    too (where the run logs: `tracking_uri: null` with a comment naming the store it resolves to now); read back,
+    the printed file gives the same settings and the same run fingerprint as the file and --set it came from."""
     first = tmp_path / "settings.yaml"
     first.write_text(yaml.safe_dump(base))
-    rc, out, err = run_pit(
-        capsys, *command, "--config", first, *[a for s in sets for a in ("--set", s)], "--print-config"
-    )
+    given = [a for s in sets for a in ("--set", s)]
+    rc, out, err = run_pit(capsys, *command, "--config", first, *given, "--print-config")
     assert rc == 0, err
     printed = yaml.safe_load(out)
     assert {k: printed[k] for k in expected} == expected
     cls = PretrainArgs if command == ["train"] else LoraArgs
     assert list(printed) == [f.name for f in dataclasses.fields(cls)]  # every setting, in field order
+    assert "  tracking_uri: null  # $MLFLOW_TRACKING_URI, else the default; now: " in out
     resolved = tmp_path / "resolved.yaml"
     resolved.write_text(out)
     rc, again, _ = run_pit(capsys, *command, "--config", resolved, "--print-config")
     assert rc == 0 and again == out  # the printed settings, read back, print the same text
-    assert cls.from_dict(printed) == cls.from_dict(yaml.safe_load(again))
+    original = dict(base)
+    for text in sets:
+        apply_override(original, cls, text)
+    assert cls.from_dict(printed) == cls.from_dict(original)  # the same settings as the file and --set
+    assert cls.from_dict(printed).fingerprint() == cls.from_dict(original).fingerprint()
+
+
+def test_flags_are_not_abbreviated_and_a_setting_given_as_a_flag_names_its_set(capsys):
+    """argparse abbreviations are off (`--stag` is not `--stage`), an unknown flag is reported by the subcommand
+    that got it (its usage, not the top level's) with the nearest flag, and a run setting given as a flag names the
+    --set that sets it."""
+    rc, out, err = run_pit(capsys, "runs", "--stag", "evaluate")
+    assert rc == 2 and out == "" and err.startswith("usage: pit runs ")
+    assert err.splitlines()[-1] == (
+        "pit runs: error: unrecognized arguments: --stag evaluate (--stag: did you mean --stage?)"
+    )
+    rc, _, err = run_pit(capsys, "train", "--max-steps", "5", "--out", "x")
+    assert rc == 2 and err.startswith("usage: pit train ")
+    assert err.splitlines()[-1] == (
+        "pit train: error: unrecognized arguments: --max-steps 5 (--max-steps is a run setting: use --set max_steps=5)"
+    )
+    rc, _, err = run_pit(capsys, "lora", "train", "--rank=4", "--threds", "2")
+    assert rc == 2 and err.splitlines()[-1] == (
+        "pit lora train: error: unrecognized arguments: --rank=4 --threds 2 (--rank is a run setting: use --set "
+        "rank=4) (--threds: did you mean --threads?)"
+    )
+
+
+def test_every_argument_parser_refuses_abbreviations():
+    """pit's own parser class (every subcommand's, through add_subparsers) and every script's and benchmark's
+    parser are made with allow_abbrev=False."""
+    from pit.commands import PitArgumentParser, build_parser
+
+    parser = build_parser(["lora", "train"])
+    lora = parser._subparsers._group_actions[0].choices["lora"]
+    nested = lora._subparsers._group_actions[0].choices["train"]
+    assert isinstance(nested, PitArgumentParser) and not parser.allow_abbrev and not nested.allow_abbrev
+    made = {}  # file:line -> the call's allow_abbrev, for every argparse.ArgumentParser(...) in the repository
+    for path in sorted(
+        p for folder in ("pit", "scripts", "benchmarks", "workflow") for p in (ROOT / folder).rglob("*.py")
+    ):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "ArgumentParser":
+                flag = next((k.value for k in node.keywords if k.arg == "allow_abbrev"), None)
+                made[f"{path.relative_to(ROOT)}:{node.lineno}"] = getattr(flag, "value", flag)
+    assert len(made) > 15 and all(v is False for v in made.values()), made
 
 
 @pytest.mark.parametrize(
@@ -190,6 +247,12 @@ def test_config_check_answers_in_one_line(tmp_path, capsys):
     assert rc == 2 and err.strip() == (
         f"pit config: error: {broken}:3:2: YAML syntax error in the config: expected ',' or ']', but got ':' (while "
         "parsing a flow sequence at line 2)"
+    )
+    misspelled = write_config(tmp_path / "key.yaml", lambda c: c["pretrain"]["train"].update(lrr=0.1))
+    rc, _, err = run_pit(capsys, "config", "check", misspelled)
+    assert rc == 2 and err.startswith(  # the misspelled key's own line, not its section's
+        f"pit config: error: {misspelled}:{line_of(misspelled, 'lrr: 0.1')}: invalid config at pretrain.train.lrr: "
+        "unknown key 'lrr'; did you mean 'lr'? expected one of 'adam_eps', "
     )
     schema_bad = write_config(tmp_path / "schema.yaml", lambda c: c["pretrain"]["train"].update(on_spike="boom"))
     rc, _, err = run_pit(capsys, "config", "check", schema_bad)

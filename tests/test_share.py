@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -53,7 +54,10 @@ def shared(pipeline_project, tmp_path_factory):
     assert not (clone / "results").exists() and not (clone / "mlflow.db").exists()
     tool(env, clone, "dvc", "remote", "add", "--local", "shared", str(remote))
     pull = tool(env, clone, "pit", "share", "pull", "--remote", "shared")
-    return {"origin": origin, "clone": clone, "remote": remote, "env": env, "push": push.stdout, "pull": pull.stdout}
+    return {
+        "origin": origin, "clone": clone, "remote": remote, "env": env, "push": push.stdout, "pull": pull.stdout,
+        "push_progress": push.stderr, "pull_progress": pull.stderr,
+    }  # fmt: skip
 
 
 def test_pull_gives_the_pushed_files_and_snakemake_and_dvc_have_nothing_to_do(shared):
@@ -64,6 +68,14 @@ def test_pull_gives_the_pushed_files_and_snakemake_and_dvc_have_nothing_to_do(sh
     dry = run(snakemake_cmd("-n"), clone, env)
     assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-2000:]
     assert "Data and pipelines are up to date" in tool(env, clone, "dvc", "status").stdout
+    for command, phases in (
+        ("push", ["snakemake -n", "dvc commit --force", "dvc push"]),
+        ("pull", ["dvc pull", "dvc status", "snakemake --touch --forceall", "importing the MLflow runs"]),
+    ):  # each phase a plain line on stderr (a pipe here) as it starts
+        said = [x for x in shared[f"{command}_progress"].splitlines() if x.startswith(f"pit share {command}: [")]
+        shown = [x.split("] ", 1)[1] for x in said]
+        assert len(shown) == len(phases) and all(map(str.startswith, shown, phases)), shared[f"{command}_progress"]
+        assert "%|" not in shared[f"{command}_progress"]  # no tqdm bar (its carriage returns read as line ends)
 
 
 def test_pulled_clone_lists_the_runs_and_filters_by_stage(shared):
@@ -82,13 +94,29 @@ def test_pulled_clone_lists_the_runs_and_filters_by_stage(shared):
     arms = {r["run"]: (r["mode"], r["arm"]) for r in rows}
     assert arms["teacher-256m-pit-head"] == ("teacher", "pit-head")
     assert arms["stand-in-teacher-256m"] == ("stand-in", "tt")
+    from pit.tracking.run_table import list_runs
+    from pit.tracking.tags import stage_order
+
+    every = list_runs(f"sqlite:///{clone / 'mlflow.db'}")  # `pit runs`: grouped by stage in the pipeline's order
+    assert [r["stage"] for r in every] == sorted((r["stage"] for r in every), key=stage_order)
+    assert {r["stage"] for r in every} == {"pretrain", "lora", "evaluate", "summary"}
+    evaluation = list_runs(f"sqlite:///{clone / 'mlflow.db'}", filters={"stage": "evaluate"})
+    assert {r["run"] for r in evaluation} == {r["run"] for r in every if r["run"].startswith("eval-")} != set()
 
 
-def test_verify_passes_on_the_pulled_clone_and_fails_on_a_planted_change(shared):
+def test_verify_passes_on_the_pulled_clone_and_fails_on_a_planted_change(shared, tmp_path):
     clone, env = shared["clone"], shared["env"]
     args = ("pit", "verify", "results/tables/table2.md", "--from", "table2", "--cores", "1")
-    ok = tool(env, clone, *args)
-    assert ok.stdout.splitlines()[-1].startswith("verified 2 files: 0 differences, 0 out of tolerance"), ok.stdout
+    with open(tmp_path / "stderr.log", "wb") as log:  # stderr a file, as a redirect or a job's log
+        ok = subprocess.run([sys.executable, "-m", *args], cwd=clone, env=env, stdout=subprocess.PIPE, stderr=log)
+    assert ok.returncode == 0, (tmp_path / "stderr.log").read_text()[-3000:]
+    assert ok.stdout.decode().splitlines()[-1].startswith("verified 2 files: 0 differences, 0 out of tolerance")
+    said = (tmp_path / "stderr.log").read_bytes()
+    jobs = [x for x in said.decode().splitlines() if x.startswith("pit verify: [")]  # a plain line per job
+    assert jobs[0].startswith("pit verify: [0/1] snakemake plans 1 jobs") and b"\r" not in said, jobs
+    assert re.fullmatch(
+        r"pit verify: \[1/1\] table2 results/tables/table2\.\w+ \(\+\d+ more\) \(\d+:\d\d\)", jobs[-1]
+    ), jobs
     table = clone / "results/tables/table2.csv"
     lines = table.read_text().splitlines()
     header, row = lines[0].split(","), lines[2].split(",")

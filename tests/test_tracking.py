@@ -90,9 +90,9 @@ def test_export_imports_into_a_fresh_store_with_tags_params_and_metric_histories
         assert run.info.status == before.info.status == "FINISHED"
         assert run.info.start_time == before.info.start_time and run.info.end_time == before.info.end_time
         expected = {**before.data.tags, "pit.imported_from": before.info.run_id}
-        if "mlflow.parentRunId" in expected:  # nested: under the imported copy of its parent
-            expected["mlflow.parentRunId"] = imported["scratch-tiny-pit"].info.run_id
-        assert run.data.tags == expected
+        if "pit.pretrain_run" in expected:  # the evaluation names the imported copy of its pretraining run
+            expected["pit.pretrain_run"] = imported["scratch-tiny-pit"].info.run_id
+        assert run.data.tags == expected and "mlflow.parentRunId" not in expected
         assert run.data.params == before.data.params and run.data.metrics == before.data.metrics
         for key in before.data.metrics:
             old = [(m.step, m.value) for m in source.get_metric_history(before.info.run_id, key)]
@@ -159,6 +159,8 @@ def test_mlflow_ui_opens_the_training_runs_table_in_headless_chromium(shared, tm
                 time.sleep(0.5)
         (url,) = re.findall(rf"^{EXPERIMENT}: (http://\S+)$", log.read_text(), flags=re.M)
         assert url.endswith("/runs?workflowType=machine_learning")
+        (url,) = re.findall(rf"^{EXPERIMENT} \[stage evaluate\]: (http://\S+)$", log.read_text(), flags=re.M)
+        assert url.endswith("/runs?workflowType=machine_learning&searchFilter=tags.stage%20%3D%20%27evaluate%27")
         flags = [
             "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -171,16 +173,17 @@ def test_mlflow_ui_opens_the_training_runs_table_in_headless_chromium(shared, tm
     body = re.sub(r"<(script|style)\b.*?</\1>", "", dom.stdout, flags=re.S)
     text = " ".join(re.sub(r"<[^>]+>", " ", body).split())
     assert "Runs - Experiment" in text, text[:1500]  # the page title of the runs table, not the GenAI overview
-    # the evaluation run is nested under its pretraining run (mlflow.parentRunId): one row, folded, of 2 runs
-    assert "scratch-tiny-pit" in text and "eval-gsm8k-scratch-tiny-pit" not in text, text[:3000]
-    assert "2 matching runs" in text, text[-1500:]
+    # one stage on its own (runs are not nested): the evaluation run is listed, its pretraining run is not
+    others = text.replace("eval-gsm8k-scratch-tiny-pit", "")
+    assert "eval-gsm8k-scratch-tiny-pit" in text and "scratch-tiny-pit" not in others, text[:3000]
+    assert "1 matching runs" in text or "1 matching run" in text, text[-1500:]
     assert "Traces 0" not in text
 
 
-# --- tags, nesting, datasets, checkpoint, summary tables, pit runs filters --------------------------------------
+# --- tags, the pretraining-run link, datasets, checkpoint, summary tables, pit runs order -----------------------
 
 
-def test_runs_name_their_arm_nest_under_their_pretraining_run_and_log_data_and_checkpoint(shared, tiny_data):
+def test_runs_name_their_arm_and_pretraining_run_unnested_and_log_data_and_checkpoint(shared, tiny_data):
     import mlflow
 
     from pit.io import sha256_file
@@ -193,8 +196,8 @@ def test_runs_name_their_arm_nest_under_their_pretraining_run_and_log_data_and_c
         "stage": "pretrain", "mode": "scratch", "slot": "tiny", "arm": "pit", "interface": "pit"
     }  # fmt: skip
     assert evaluation.data.tags["arm"] == "pit"
-    assert evaluation.data.tags["mlflow.parentRunId"] == train.info.run_id  # nested in the UI
-    assert "mlflow.parentRunId" not in train.data.tags
+    assert evaluation.data.tags["pit.pretrain_run"] == train.info.run_id  # a link, not MLflow's nesting:
+    assert "mlflow.parentRunId" not in evaluation.data.tags  # a UI filter on one stage lists that stage's runs
     final = shared["project"] / "results" / "pretrain" / "run" / "final"
     assert train.data.tags["pit.checkpoint"] == str(final) and (final / "config.json").is_file()
     inputs = {d.dataset.name: d for d in train.inputs.dataset_inputs}
@@ -208,7 +211,7 @@ def test_runs_name_their_arm_nest_under_their_pretraining_run_and_log_data_and_c
 
 
 def test_run_tags_tell_arms_and_stand_in_teachers_apart():
-    from pit.tracking.tags import parent_filter, run_tags
+    from pit.tracking.tags import pretrain_run_filter, run_tags
 
     pretrain = {"stage": "pretrain", "mode": "teacher", "slot": "256m", "interface": "pit"}
     assert run_tags("teacher-256m-pit-head", pretrain)["arm"] == "pit-head"
@@ -224,10 +227,10 @@ def test_run_tags_tell_arms_and_stand_in_teachers_apart():
     assert {k: run_tags("stand-in-teacher-256m", stand_in)[k] for k in ("mode", "arm")} == {
         "mode": "stand-in", "arm": "tt"
     }  # fmt: skip
-    assert parent_filter(run_tags("eval-mbpp-teacher-256m-pit-head", {**lora, "stage": "evaluate"})) == (
+    assert pretrain_run_filter(run_tags("eval-mbpp-teacher-256m-pit-head", {**lora, "stage": "evaluate"})) == (
         "tags.stage = 'pretrain' and tags.mode = 'teacher' and tags.slot = '256m' and tags.arm = 'pit-head'"
     )
-    assert parent_filter(run_tags("teacher-256m-pit", pretrain)) is None
+    assert pretrain_run_filter(run_tags("teacher-256m-pit", pretrain)) is None
 
 
 def test_summary_logs_the_claims_table_as_a_table_artifact_and_paper_tables_as_metrics(tmp_path):
@@ -276,3 +279,27 @@ def test_pit_runs_filters_by_stage_and_arm_in_a_compact_table(shared):
     ]  # fmt: skip
     assert len(table) == 4 and max(len(line) for line in table) < 120
     assert table[3].split("|")[7].strip() == "0.5"  # the evaluation run's in-domain score after LoRA
+    evaluation = list_runs(uri, filters={"stage": "evaluate"})  # `pit runs --stage evaluate`
+    assert [(r["run"], r["stage"]) for r in evaluation] == [("eval-gsm8k-scratch-tiny-pit", "evaluate")]
+
+
+def test_runs_are_listed_by_stage_in_the_pipelines_order():
+    """`pit runs` (pit.tracking.run_table.ordered): per experiment, the stages in the pipeline's order, each stage's
+    runs by start time, whatever order the jobs started in (a LoRA job starts before another arm's pretraining)."""
+    import pandas as pd
+
+    from pit.tracking.run_table import ordered
+
+    started = [("b", "eval-x", "evaluate"), ("a", "lora-x", "lora"), ("a", "scratch-x", "pretrain"),
+               ("a", "summary-default", "summary"), ("a", "eval-x", "evaluate"), ("a", "teacher-y", "pretrain"),
+               ("a", "old", None)]  # fmt: skip
+    frame = pd.DataFrame(
+        {"experiment_id": [e for e, _, _ in started], "tags.mlflow.runName": [n for _, n, _ in started],
+         "tags.stage": [s for *_, s in started], "start_time": pd.to_datetime(range(len(started)), unit="s")}
+    )  # fmt: skip
+    rows = ordered(frame, ["a", "b"])
+    assert list(zip(rows["experiment_id"], rows["tags.mlflow.runName"], strict=True)) == [
+        ("a", "scratch-x"), ("a", "teacher-y"), ("a", "lora-x"), ("a", "eval-x"), ("a", "summary-default"),
+        ("a", "old"), ("b", "eval-x"),
+    ]  # fmt: skip
+    assert list(rows.columns) == list(frame.columns)

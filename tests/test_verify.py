@@ -4,6 +4,7 @@ its stated tolerance. The rerun itself, on a pulled clone, is tested in test_sha
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -84,6 +85,79 @@ def test_data_files_are_bit_exact_and_renderings_are_not_compared(tmp_path):
         tmp_path / "a", tmp_path / "b", [rel, "results/tables/table2.md", "results/x.json"]
     )
     assert (len(diffs), done, missing) == (1, [rel], ["results/x.json"])
+
+
+def test_a_score_files_provenance_is_not_compared(tmp_path):
+    """A rerun's score file differs from the record in when and by which code it was made (its protocol's date and
+    commit, lm-eval's date and git_hash): not a difference; the rest of the protocol must be equal."""
+    rel = "results/posttrain/teacher/256m/pit/mbpp/eval/mbpp.lm_eval.json"
+    protocol = {"date": "2026-11-28T10:00:00+00:00", "commit": "a" * 40, "decoding": {"max_new_tokens": 32}}
+    recorded = {"date": 1.0, "git_hash": "a" * 40, "protocol": protocol}
+    rerun = {"date": 2.0, "git_hash": "b" * 40, "protocol": {**protocol, "date": "2026-11-29T09:00:00+00:00",
+                                                              "commit": "b" * 40}}  # fmt: skip
+    assert compare_file(rel, write(tmp_path / "a" / rel, recorded), write(tmp_path / "b" / rel, rerun)) == []
+    rerun["protocol"]["decoding"] = {"max_new_tokens": 16}
+    diffs = compare_file(rel, tmp_path / "a" / rel, write(tmp_path / "b" / rel, rerun))
+    assert lines(diffs) == [("protocol.decoding.max_new_tokens", "count", False)]
+
+
+# Snakemake 9's log of a run (two jobs at once, one failing), as `pit verify` reads it line by line
+SNAKEMAKE_LOG = """Building DAG of jobs...
+Job stats:
+job        count
+-------  -------
+diagnose       2
+table2         1
+total          3
+
+Select jobs to execute...
+[Sat Nov 28 16:18:54 2026]
+rule diagnose:
+    input: results/pretrain/scratch/303m/pit/final
+    output: results/diagnostics/scratch/303m/pit/diagnostics.json
+    log: results/logs/diagnostics/scratch-303m-pit.log
+    jobid: 2
+    wildcards: mode=scratch, slot=303m, interface=pit
+[Sat Nov 28 16:18:54 2026]
+rule diagnose:
+    output: results/diagnostics/scratch/303m/tt/diagnostics.json
+    jobid: 3
+[Sat Nov 28 16:19:04 2026]
+Finished jobid: 3 (Rule: diagnose)
+1 of 3 steps (33%) done
+[Sat Nov 28 16:19:05 2026]
+Finished jobid: 2 (Rule: diagnose)
+2 of 3 steps (67%) done
+[Sat Nov 28 16:19:05 2026]
+localrule table2:
+    output: results/tables/table2.md, results/tables/table2.csv, results/tables/table2.json
+    jobid: 1
+[Sat Nov 28 16:19:06 2026]
+Error in rule table2:
+    jobid: 1
+"""
+
+
+def test_verify_names_each_job_as_snakemake_finishes_it():
+    """`pit verify`'s progress (pit.tracking.share.JobLines on pit.progress.Steps): the job count once Snakemake has
+    planned the run, then one plain line per job as it finishes (its rule and first output), a failed job named,
+    no carriage returns where stderr is not a terminal."""
+    import io
+
+    from pit.progress import Steps
+    from pit.tracking.share import JobLines
+
+    log = io.StringIO()  # not a terminal, as stderr redirected to a file
+    feed = JobLines(Steps("pit verify", unit="job", file=log))
+    for line in SNAKEMAKE_LOG.splitlines():
+        feed(line)
+    assert [re.sub(r" \(\d+:\d\d\)$", "", x) for x in log.getvalue().splitlines()] == [
+        "pit verify: [0/3] snakemake plans 3 jobs",
+        "pit verify: [1/3] diagnose results/diagnostics/scratch/303m/tt/diagnostics.json",
+        "pit verify: [2/3] diagnose results/diagnostics/scratch/303m/pit/diagnostics.json",
+        "pit verify: [2/3] table2 FAILED",
+    ]
+    assert "\r" not in log.getvalue()
 
 
 def test_bad_scratch_folder_is_one_error_line(tmp_path):

@@ -157,6 +157,16 @@ def test_runs_are_in_the_project_mlflow_store(pipeline):
     )
 
 
+def test_job_logs_hold_plain_lines_and_no_carriage_return(pipeline):
+    """Every log of the default DAG's jobs is plain lines: no carriage-return bar (transformers' "Loading weights"
+    and "Writing model shards", the hub's downloads, tqdm), and the long jobs' progress as lines."""
+    logs = sorted(p for p in (pipeline / "results/logs").rglob("*") if p.is_file())
+    assert len(logs) > 30 and {p.parent.name for p in logs} >= {"pretrain", "diagnostics", "posttrain", "report"}
+    assert [str(p.relative_to(pipeline)) for p in logs if b"\r" in p.read_bytes()] == []
+    diagnosis = (pipeline / "results/logs/diagnostics").glob("*.log")
+    assert all("pit diagnose: [3/3] layerwise consistency and logit lens" in p.read_text() for p in diagnosis)
+
+
 def test_diagnostics_separate_pit_from_tt(pipeline):
     workdir = pipeline
     for mode, slot in (("teacher", "256m"), ("scratch", "303m")):
@@ -254,6 +264,12 @@ def test_post_training_fills_table4_with_scores_gains_and_side_effects(pipeline)
     assert (effects["kl_mbpp"] > 0).all() and "mbpp" not in effects.columns
     report = (workdir / "results/REPORT.md").read_text()
     assert "## Table 4 (scores)" in report and "## Table 4 (side effects)" in report
+    notes = json.loads((workdir / "results/tables/table4_scores.json").read_text())["notes"]
+    (decoding,) = [n for n in notes if n.startswith("Decoding")]  # from the score files' protocol
+    assert "0-shot, greedy, at most 8 new tokens (batch " in decoding and '`"[DONE]"`' in decoding, decoding
+    assert decoding in report and decoding in (workdir / "results/tables/table4_scores.md").read_text()
+    score = json.loads((workdir / "results/posttrain/scratch/303m/pit/mbpp/eval/mbpp.lm_eval.json").read_text())
+    assert score["protocol"]["decoding"]["max_new_tokens"] == 8 and score["protocol"]["problems"] == 2
 
 
 def test_paper_profile_dry_run_has_fifteen_gpu_pretraining_jobs(tmp_path):

@@ -19,6 +19,7 @@ from pit.core.metrics import bigram_fit, interface_metrics
 from pit.data.reader import TokenFile
 from pit.models.access import interface_kind, interface_matrices
 from pit.models.checkpoint import load_model
+from pit.progress import Steps
 
 
 @torch.no_grad()
@@ -31,12 +32,16 @@ def diagnose(
     seq_len: int = 128,
     device: str = "cpu",
 ) -> dict:
-    """All diagnostics of one checkpoint; the validation-data parts are None without `val_data`."""
+    """All diagnostics of one checkpoint; the validation-data parts are None without `val_data`. Each phase after
+    the model's load is a line on stderr as it starts, with the time since the start (a large model's diagnosis
+    takes minutes)."""
     data = None if val_data is None else TokenFile(val_data)
     if data is not None:
         data.check_checkpoint(checkpoint)  # before the model loads
+    steps = Steps("pit diagnose", total=1 if data is None else 3, unit="phase")  # after the load: bad input is 1 line
     model = load_model(checkpoint, device=device)
     E, W_out = interface_matrices(model, float64=True)
+    steps.line(f"interface metrics of the {E.shape[0]} x {E.shape[1]} tables (float64)", 1)
     metrics = interface_metrics(E, W_out)
     out = {
         "checkpoint": str(checkpoint),
@@ -54,7 +59,9 @@ def diagnose(
     }
     if data is not None:
         check_vocab(model, data)
+        steps.line(f"bigram fit on {min(bigram_tokens, len(data))} tokens", 1)
         out["direct_path"]["bigram"] = bigram_fit(E, W_out, data.tokens[:bigram_tokens])
+        steps.line(f"layerwise consistency and logit lens on {positions} windows", 1)
         batches = last_position_states(model, data, positions, seed, seq_len)  # one forward pass for both
         shared = {"batches": batches, "matrices": (E, W_out)}
         out["layerwise"] = layerwise_consistency(model, data, positions, seed, seq_len, **shared)

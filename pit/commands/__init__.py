@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
 from pit.checkout import VERSION, environment_mismatch, package_dir
 from pit.errors import PitError
+from pit.progress import library_bars_off
 
 # command -> (module that registers it, one-line help shown by `pit --help`)
 COMMANDS = {
@@ -60,8 +60,41 @@ def version() -> str:
         return f"{VERSION} (source folder {package_dir().parent}, not installed)"
 
 
+class PitArgumentParser(argparse.ArgumentParser):
+    """argparse's parser with abbreviations off (`pit runs --stag x` is refused, not read as --stage) in every
+    subcommand (add_subparsers makes its parsers of this class), each parser recorded as the namespace's
+    `_pit_parser` so that an unknown flag is reported by the subcommand that got it (`unknown_flags`)."""
+
+    def __init__(self, *args, allow_abbrev: bool = False, **kwargs):
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
+        self.set_defaults(_pit_parser=self)
+
+
+def unknown_flags(parser: argparse.ArgumentParser, extras: list[str], settings=None) -> str:
+    """argparse's message for arguments no parser took, with a hint per flag: a run setting (a field of the
+    command's settings dataclass, `settings`) is set with `--set KEY=VALUE`; a near miss names the flag meant."""
+    import dataclasses
+    import difflib
+
+    fields = {f.name for f in dataclasses.fields(settings)} if settings is not None else set()
+    flags = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    hints = []
+    for i, arg in enumerate(extras):
+        if not arg.startswith("--"):
+            continue
+        flag, eq, value = arg.partition("=")
+        key = flag[2:].replace("-", "_")
+        if not eq and i + 1 < len(extras) and not extras[i + 1].startswith("-"):
+            value = extras[i + 1]
+        if key in fields:
+            hints.append(f"{flag} is a run setting: use --set {key}={value or 'VALUE'}")
+        elif close := difflib.get_close_matches(flag, flags, n=1, cutoff=0.75):
+            hints.append(f"{flag}: did you mean {close[0]}?")
+    return " ".join([f"unrecognized arguments: {' '.join(extras)}", *(f"({h})" for h in hints)])
+
+
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pit", description="Pseudo-Inverse Tying: library and reproduction pipeline.")
+    parser = PitArgumentParser(prog="pit", description="Pseudo-Inverse Tying: library and reproduction pipeline.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = next((a for a in argv if not a.startswith("-")), None)
@@ -75,9 +108,11 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(argv).parse_args(argv)
-    if not sys.stderr.isatty():  # a log file (a workflow job): no carriage-return bars of the hub's downloads and
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' weight loading (pit/progress.py)
+    if not sys.stderr.isatty():  # a log file (a workflow job): no carriage-return bars of the libraries (the hub's
+        library_bars_off()  # downloads, transformers' weight loading); before a command's module imports them
+    args, extras = build_parser(argv).parse_known_args(argv)
+    if extras:  # reported by the subcommand that got them, with its usage (and the hint --set KEY=VALUE)
+        args._pit_parser.error(unknown_flags(args._pit_parser, extras, getattr(args, "run_settings", None)))
     reason = environment_mismatch()  # a workflow job run by another checkout's `pit` (docs/install.md)
     if reason:
         print(f"pit {args.command}: error: {reason}", file=sys.stderr)

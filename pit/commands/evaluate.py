@@ -128,7 +128,7 @@ def run(args) -> int:
     tasks = ev.load_tasks(args.tasks, args.source, args.limit)  # data errors before the model loads
     announce_standins(tasks.values(), "pit evaluate")
     limits = Limits(timeout=args.timeout, memory_mb=args.memory_mb)
-    progress = not args.json and sys.stderr.isatty()
+    progress = True  # on stderr: a bar on a terminal, plain lines in a log (pit/progress.py); stdout holds the scores
     if args.samples is not None:
         result = ev.score_samples(tasks[args.tasks[0]], args.samples, args.source, limits, args.workers, progress)
         print(json.dumps(result, indent=2) if args.json else ev.summary(result))

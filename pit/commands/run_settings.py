@@ -84,6 +84,7 @@ def add_run_arguments(p: argparse.ArgumentParser, args_class) -> None:
     )
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = settings_help(args_class)
+    p.set_defaults(run_settings=args_class)  # a flag named as a setting (--max-steps 5) gets the hint --set max_steps=5
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -139,8 +140,16 @@ def run_settings(args: argparse.Namespace, args_class):
 
 
 def print_config(settings) -> int:
-    """The resolved settings as YAML, in field order: read back with --config, they give the same settings."""
+    """The resolved settings as YAML, in field order, every one with its default filled in (the interface's keys
+    and the MLflow block's too): read back with --config, they give the same settings. `mlflow.tracking_uri: null`
+    is resolved when the run starts; a comment says where that is now."""
     import yaml
 
-    print(yaml.safe_dump(dataclasses.asdict(settings), sort_keys=False, default_flow_style=False), end="")
+    from pit.tracking.tracker import tracking_uri
+
+    text = yaml.safe_dump(dataclasses.asdict(settings), sort_keys=False, default_flow_style=False)
+    if settings.mlflow["tracking_uri"] is None:
+        note = f"  tracking_uri: null  # $MLFLOW_TRACKING_URI, else the default; now: {tracking_uri()}"
+        text = re.sub(r"^(mlflow:\n(?:  .*\n)*?)  tracking_uri: null$", lambda m: m[1] + note, text, flags=re.M)
+    print(text, end="")
     return 0

@@ -1,6 +1,7 @@
 """`pit runs`: the runs of an MLflow store as one table (name, status, key final metrics).
 
     pit runs                                    # every experiment of $MLFLOW_TRACKING_URI or sqlite:///mlflow.db
+    pit runs --stage evaluate                   # only the evaluation runs
     pit runs --stage pretrain --arm pit-head    # only the runs with these tags
     pit runs --experiment pit-paper --format csv
     pit runs --uri http://mlflow.example.org:5000 --format json
@@ -12,7 +13,8 @@ run's in-domain score after LoRA), the run id's first 8 characters. `--wide`, CS
 the experiment, start (UTC), runtime_s, every evaluation score (`<label>/<task>/pass_at_1` for
 HumanEval and MBPP, `<label>/<task>/accuracy` for GSM8K and SVAMP exact match, e.g.
 `lora/gsm8k/accuracy`), the tags stage, mode, slot, arm, task, and the whole run id.
-Filters: `--stage` (pretrain, lora, evaluate, summary), `--mode` (teacher, scratch, stand-in),
+Rows come grouped by stage in the pipeline's order (pretrain, lora, evaluate, summary), each stage's runs by start
+time. Filters: `--stage` (pretrain, lora, evaluate, summary), `--mode` (teacher, scratch, stand-in),
 `--arm` (pit, pit-head, tt, untied, ...); a value no run has is an error naming those there are.
 
 Listing only reads: a local store (SQLite file, mlruns folder) that does not exist is an error,

@@ -15,7 +15,7 @@ from pit.io import write_text
 from pit.reporting import study_tables
 from pit.reporting.claims import Design, claims_from_seeds, parse_design, table_notes
 from pit.reporting.per_seed import per_seed_table
-from pit.reporting.tables import BUILDERS, write_table
+from pit.reporting.tables import BUILDERS, RUN_NOTES, write_table
 
 # claims: the paper's claims, a verdict each; stability, teacher_gap, frontier: the study's supporting tables; all
 # from the per-seed table (docs/study.md)
@@ -42,6 +42,7 @@ def cmd_table(args: argparse.Namespace) -> int:
         df = study_tables.BUILDERS[name](per_seed_table(args.runs, stages))
     else:
         df = BUILDERS[name]() if name == "table3" else BUILDERS[name](args.runs)
+        notes += RUN_NOTES[name](args.runs) if name in RUN_NOTES else []
     write_table(df, Path(args.out), name, args.profile, notes)
     print(f"{name}: {len(df)} rows -> {args.out}.{{md,csv,tex,json,html}}")
     return 0

@@ -98,10 +98,12 @@ class InterfaceConfig:
         if self.retraction_eps < 0:
             raise PitError(f"retraction_eps {self.retraction_eps!r} must be >= 0")
 
-    def to_dict(self) -> dict:
+    def to_dict(self, omit_defaults: bool = True) -> dict:
+        """The config as JSON-ready values; `omit_defaults` leaves out OMITTED_AT_DEFAULT while at their defaults
+        (a model's config.json), False gives every field (a run's resolved settings, pit/training/args.py)."""
         d = asdict(self)
         d["diag_clamp"] = list(self.diag_clamp) if self.diag_clamp is not None else None
-        for name in self.OMITTED_AT_DEFAULT:
+        for name in self.OMITTED_AT_DEFAULT if omit_defaults else ():
             if d[name] == self.__dataclass_fields__[name].default:
                 del d[name]
         return d

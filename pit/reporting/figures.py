@@ -1,7 +1,8 @@
 """The paper's figures from run folders (PNG, matplotlib); `pit figure`.
 
 - `loss-curves --mode scratch` (Figure 3) / `--mode teacher` (Figure 4): training loss vs tokens,
-  one panel per slot, one line per interface (PIT, TT, untied).
+  one panel per slot, one line per interface (PIT, TT, untied): the loss smoothed, its range over seeds as a band,
+  the raw per-step loss faint behind (`smoothed_curves`, the one drawing of every training-loss curve).
 - `drift`: interface drift over training, Delta_TI and (when logged) the Table 2 raw metrics vs
   step for every run.
 - `transition`: a Figure 2-style transition trace: for a few prompts, the last token's state at
@@ -157,26 +158,61 @@ def break_axis(top, low) -> None:
     low.plot([0, 1], [1, 1], transform=low.transAxes, **marks)
 
 
-def draw_curve(ax, kind: str, ok: list[dict], many: bool):
-    """One run's training loss against tokens seen, in its arm's style."""
+SMOOTH_FRACTION = 0.05  # the EMA's span, as a fraction of a curve's points (docs/workflow.md, "Figures")
+SMOOTHING = f"lines: EMA over {SMOOTH_FRACTION:.0%} of the run, band: range over seeds, faint: raw per-step loss"
+
+
+def smooth(ys: list[float], fraction: float = SMOOTH_FRACTION) -> list[float]:
+    """The debiased exponential moving average of a curve (TensorBoard's): m_t = b m_(t-1) + (1 - b) y_t, shown as
+    m_t / (1 - b^t), with b = 1 - 2 / (span + 1) and span = fraction x points (b = 0, the curve itself, for a
+    curve of fewer than 1 / fraction points). No lag at the start, none from zero-padding."""
+    beta = 1 - 2 / (max(fraction * len(ys), 1.0) + 1)
+    out, m = [], 0.0
+    for t, y in enumerate(ys, 1):
+        m = beta * m + (1 - beta) * y
+        out.append(m / (1 - beta**t))
+    return out
+
+
+def smoothed_curves(ax, curves: list[tuple[list[float], list[float]]], style: dict, raw: bool = True):
+    """One arm's curves (its seeds: (x, y) each): every raw curve faint behind, each smoothed (`smooth`), then
+    the mean of the smoothed seeds at each x as the arm's line and their range (min to max) as a band where two or
+    more seeds have that x. Returns the line (for the legend)."""
+    at: dict[float, list[float]] = {}
+    for xs, ys in curves:
+        if raw:
+            ax.plot(xs, ys, color=style["color"], lw=0.6, alpha=0.2, zorder=1)
+        for x, y in zip(xs, smooth(ys), strict=True):
+            at.setdefault(x, []).append(y)
+    xs = sorted(at)
     (line,) = ax.plot(
-        [r["tokens"] for r in ok],
-        [r["loss"] for r in ok],
-        **arm_style(kind),
-        ms=4,
-        markevery=max(len(ok) // 12, 1),
-        fillstyle="none",
-        lw=0.9 if many else 1.4,
-        alpha=0.7 if many else 1.0,
+        xs, [sum(at[x]) / len(at[x]) for x in xs], **style, ms=4, markevery=max(len(xs) // 12, 1), fillstyle="none"
     )
+    if any(len(v) > 1 for v in at.values()):
+        low, high = [min(at[x]) for x in xs], [max(at[x]) for x in xs]
+        ax.fill_between(xs, low, high, color=style["color"], alpha=0.2, lw=0, zorder=1)
     return line
 
 
+def arm_curves(runs: list[tuple[str, int | None, list[dict]]], x: str, y: str) -> dict[str, list[tuple[list, list]]]:
+    """arm -> its seeds' curves (x values, y values) from metrics.jsonl rows, in run order."""
+    out: dict[str, list] = {}
+    for kind, _, rows in runs:
+        out.setdefault(kind, []).append(([r[x] for r in rows], [r[y] for r in rows]))
+    return out
+
+
 def loss_curves(root: Path, mode: str, out: Path, profile: str) -> None:
-    """Figure 3 (scratch) / Figure 4 (teacher): training loss vs tokens seen, one panel per slot in size order, the
-    unigram baseline of the slot's validation split as a dotted line, one legend for the figure (colour, marker and
-    line style = arm). An arm far above all others (`outlier_arms`) goes on an upper axis of its own (the y axis is
-    broken); a note names arms whose curves coincide."""
+    """Figure 3 (scratch) / Figure 4 (teacher) as a PNG (`loss_curves_figure`)."""
+    save(loss_curves_figure(root, mode, profile), out)
+
+
+def loss_curves_figure(root: Path, mode: str, profile: str):
+    """Figure 3 (scratch) / Figure 4 (teacher): training loss vs tokens seen, one panel per slot in size order (the
+    title names the slots and says lower is better), each arm smoothed with its seed band and its raw loss faint
+    behind (`smoothed_curves`), the unigram baseline of the slot's validation split as a dotted line, one legend for
+    the figure (colour, marker and line style = arm). An arm far above all others (`outlier_arms`) goes on an upper
+    axis of its own (the y axis is broken); a note names arms whose curves coincide (raw, first seed)."""
     slots = runs_by_slot(root, mode)
     order = sorted(slots, key=slot_key)
     baselines = slot_baselines(root, mode)
@@ -198,11 +234,10 @@ def loss_curves(root: Path, mode: str, out: Path, profile: str) -> None:
     for col, slot in enumerate(order):
         low, runs = axes[-1][col], finite[slot]
         curves = {}
-        for kind, seed, ok in runs:  # seeds of one arm: one colour, one legend entry
+        for kind, seeds in arm_curves(runs, "tokens", "loss").items():  # seeds of one arm: one line, one band
             ax = axes[0][col] if kind in high[slot] else low
-            handles.setdefault(METHOD_NAME.get(kind, kind), draw_curve(ax, kind, ok, len(runs) > 4))
-            if seed in (None, runs[0][1]):
-                curves[kind] = [(r["tokens"], r["loss"]) for r in ok]
+            handles.setdefault(METHOD_NAME.get(kind, kind), smoothed_curves(ax, seeds, arm_style(kind)))
+            curves[kind] = list(zip(*seeds[0], strict=True))  # the first seed's raw curve
         if math.isfinite(baselines.get(slot, math.nan)):
             handles["unigram baseline"] = low.axhline(baselines[slot], **UNIGRAM_STYLE)
         notes += [
@@ -210,26 +245,30 @@ def loss_curves(root: Path, mode: str, out: Path, profile: str) -> None:
         ]
         if broken and high[slot]:
             break_axis(axes[0][col], low)
-            axes[0][col].set_title(f"{mode} {slot}")
+            axes[0][col].set_title(f"{mode} mode, slot {slot}")
             axes[0][col].grid(alpha=0.3)
         else:
-            low.set_title(f"{mode} {slot}")
+            low.set_title(f"{mode} mode, slot {slot}")
             if broken:
                 axes[0][col].axis("off")
         low.set_xlabel("tokens seen")
         low.xaxis.set_major_formatter(EngFormatter(sep=""))  # 200k, not 200000
-        low.set_ylabel("training loss (nats/token)")
+        low.set_ylabel("training loss (nats/token)\nlower is better")
         low.grid(alpha=0.3)
     fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=min(len(handles), 5), fontsize=9)
     number = 3 if mode == "scratch" else 4
-    lines = [f"Figure {number}: {mode}-mode loss curves (profile: {profile}); dotted: unigram baseline (no context)"]
+    lines = [
+        f"Figure {number}: {mode}-mode training loss, slot{'s' if len(order) > 1 else ''} {', '.join(order)} "
+        f"(profile: {profile}); lower is better",
+        f"{SMOOTHING}; dotted: unigram baseline (no context)",
+    ]
     far = sorted({METHOD_NAME.get(k, k) for v in high.values() for k in v})
     if far:
         lines.append(f"{', '.join(far)}: far above the others, on the upper axis (the y axis is broken)")
     if notes:
         lines.append(f"{'; '.join(notes)} (one line hides the other)")
     fig.suptitle("\n".join(lines), fontsize=11)
-    save(fig, out)
+    return fig
 
 
 def stand_in_teachers(root: Path, out: Path, profile: str) -> None:
@@ -245,18 +284,22 @@ def stand_in_teachers(root: Path, out: Path, profile: str) -> None:
     for ax, folder in zip(axes[0], folders, strict=True):
         rows, summary = read_jsonl(folder / "metrics.jsonl"), read_json(folder / "summary.json")
         ok = [r for r in rows if math.isfinite(r["loss"])]
-        ax.plot([r["step"] for r in ok], [r["loss"] for r in ok], color="tab:gray", lw=0.6, alpha=0.7, label="train")
+        train = ([r["step"] for r in ok], [r["loss"] for r in ok])
+        smoothed_curves(ax, [train], {"color": "tab:gray", "marker": None, "ls": "-", "label": "train"})
         val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r] + [(summary["steps"], summary["val_loss"])]
         ax.plot(*zip(*val, strict=True), "o-", color="tab:red", ms=3, label="validation")
         base = unigram_baseline(read_json(folder / "run.json")) if (folder / "run.json").is_file() else math.nan
         if math.isfinite(base):
             ax.axhline(base, **UNIGRAM_STYLE, label=f"unigram baseline {base:.2f}")
-        ax.set_title(f"stand-in teacher {folder.name}: val {summary['val_loss']:.3f}")
+        ax.set_title(f"stand-in teacher, slot {folder.name}: val {summary['val_loss']:.3f}")
         ax.set_xlabel("step")
-        ax.set_ylabel("loss (nats/token)")
+        ax.set_ylabel("loss (nats/token, lower is better)")
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle(f"Stand-in teachers' learning curves (profile: {profile}); dotted: unigram baseline (no context)")
+    fig.suptitle(
+        f"Stand-in teachers' learning curves (profile: {profile}); lower is better\n"
+        f"train: EMA over {SMOOTH_FRACTION:.0%} of the run, raw loss faint; dotted: unigram baseline"
+    )
     save(fig, out)
 
 
@@ -364,9 +407,22 @@ def trace_panel(ax, traces: list[list[list[tuple[str, str]]]], p: int, labels: l
     ax.set_title(prompt_title(prompt), fontsize=10, loc="left")
 
 
+def checkpoint_origin(checkpoint: str) -> str:
+    """Which run a checkpoint folder is the final model of, in words ("scratch slot 303m (scratch-tiny)"): the
+    mode and slot tags and the model of its run's run.json (beside the folder), else the folder's path."""
+    record = Path(checkpoint).parent / "run.json"
+    if record.is_file():
+        run = read_json(record)
+        tags, model = run.get("tags", {}), run.get("params", {}).get("train", {}).get("model")
+        if tags.get("mode") and tags.get("slot"):
+            return f"{tags['mode']} slot {tags['slot']}" + (f" ({Path(model).name})" if model else "")
+    return str(checkpoint)
+
+
 def transition(checkpoints: list[str], labels: list[str], prompts: list[str], out: Path, profile: str) -> None:
     """Figure 2-style trace: per prompt (one row each) a grid of layers x (model, B_in | B_out) decoded tokens;
-    a cell is green where the two decodings of that model agree at that layer."""
+    a cell is green where the two decodings of that model agree at that layer. The title names the slot (or
+    slots) of the checkpoints (`checkpoint_origin`)."""
     traces = [decode_trace(ckpt, prompts) for ckpt in checkpoints]  # checkpoint -> prompt -> layer
     n_layers = len(traces[0][0])
     fig, axes = plt.subplots(
@@ -387,7 +443,8 @@ def transition(checkpoints: list[str], labels: list[str], prompts: list[str], ou
         ncol=2,
         fontsize=10,
     )
-    fig.suptitle(f"Transition trace of the last token (profile: {profile})", fontsize=12)
+    origins = list(dict.fromkeys(checkpoint_origin(c) for c in checkpoints))  # in order, each once
+    fig.suptitle(f"Transition trace of the last token: {'; '.join(origins)} (profile: {profile})", fontsize=12)
     save(fig, out)
 
 
@@ -409,8 +466,8 @@ def side_effects(root: Path, out: Path, profile: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     gains = [lora[gain_key] for r in runs for lora in r["lora"].values()]
     for ax, key, label in (
-        (axes[0], "kl", "KL(before || after), nats/token"),
-        (axes[1], "val_loss_change", "validation-loss change (nats)"),
+        (axes[0], "kl", "KL(before || after), nats/token\n(lower: a smaller side effect)"),
+        (axes[1], "val_loss_change", "validation-loss change (nats)\n(lower is better)"),
     ):
         for r in runs:
             for task, lora in r["lora"].items():
@@ -422,7 +479,7 @@ def side_effects(root: Path, out: Path, profile: str) -> None:
                     s=28,
                     alpha=0.8,
                 )
-        ax.set_xlabel(gain_label)
+        ax.set_xlabel(f"{gain_label}; higher is better")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         if all(g == 0 for g in gains):  # every point on x = 0: give the axis a range and say why
@@ -460,10 +517,20 @@ CLAIM_UNITS = {
 }
 
 
+# the direction that is better, by per-seed metric key, where a panel's reader could take it either way
+CLAIM_BETTER = {
+    "val_loss": "lower is better",
+    "indomain_nll_change": "lower is better",
+    "transfer_nll_change": "lower is better",
+    "kl_at_matched_gain": "lower is better",
+}
+
+
 def claim_ylabel(claim) -> str:
-    """The y-axis label of a claim panel: its metric and unit."""
-    unit = CLAIM_UNITS.get(claim.key, "")
-    return claim.metric if "(" in claim.metric or not unit else f"{claim.metric} ({unit})"
+    """The y-axis label of a claim panel: its metric and unit, and which direction is better (CLAIM_BETTER)."""
+    unit = "" if "(" in claim.metric else CLAIM_UNITS.get(claim.key, "")  # a metric that names its unit keeps it
+    facts = [f for f in (unit, CLAIM_BETTER.get(claim.key, "")) if f]
+    return f"{claim.metric} ({'; '.join(facts)})" if facts else claim.metric
 
 
 def claim_title(claim, mode: str) -> str:
@@ -673,7 +740,7 @@ def gap_figure(df, out: Path, profile: str) -> Path:
             ax.axvline(tail.iloc[0], color="gray", ls=":", lw=1, label="constant-rate tail")
         ax.axhline(0, color="k", lw=0.8)
         ax.set_xlabel("continued-pretraining step")
-        ax.set_ylabel(f"validation loss - {METHOD_NAME.get(ref, ref)}'s (nats/token; lower is better)")
+        ax.set_ylabel(f"validation loss - {METHOD_NAME.get(ref, ref)}'s (nats/token)\n(below 0: better than it)")
         ax.set_yscale("symlog", linthresh=0.05)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

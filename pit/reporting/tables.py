@@ -8,6 +8,7 @@ pit/reporting/paper_values.yaml (cited to table and row). Runs are found by thei
 from __future__ import annotations
 
 import html
+import json
 import math
 import re
 from pathlib import Path
@@ -297,6 +298,42 @@ def table4_side_effects(post_root: str | Path) -> pd.DataFrame:
     on held-out pretraining text, and the relative change of the interface (max of ||dE||/||E||,
     ||dW_out||/||W_out||)."""
     return pd.DataFrame([_table4_side_effects_row(run) for run in posttrain_runs(post_root)])
+
+
+def _decoding_words(decoding: dict) -> str:
+    """A score file's decoding in words: '0-shot, greedy, at most 32 new tokens (batch 8)'."""
+    how = "greedy" if decoding["greedy"] else f"sampled at temperature {decoding.get('temperature')}"
+    extra = [f"{k} {decoding[k]}" for k in ("top_k", "top_p") if decoding.get(k) is not None]
+    return (
+        f"{decoding['shots']}-shot, {', '.join([how, *extra])}, at most {decoding['max_new_tokens']} new tokens "
+        f"(batch {decoding['batch_size']})"
+    )
+
+
+def decoding_notes(post_root: str | Path) -> list[str]:
+    """The note under Table 4 (scores): how its scores were made, from the `protocol` of every score file under
+    `post_root` (<run>/<task>/{eval,base}/<set>.json): the decoding, each set's stop strings and prompt template
+    (its sha256; the templates are in the files and docs/evaluation.md), and how many files record none."""
+    files = sorted(f for f in Path(post_root).rglob("*.json") if f.parent.name in ("eval", "base"))
+    files = [f for f in files if "." not in f.stem]  # not <set>.lm_eval.json
+    protocols = [p for p in (read_json(f).get("protocol") for f in files) if p and p.get("decoding")]
+    if not protocols:
+        return ["Decoding: not recorded (score files written before they carried their `protocol`)."]
+    ways = sorted({_decoding_words(p["decoding"]) for p in protocols})
+    order = _by_task_order({p["task"].removesuffix("-standin") for p in protocols})  # the paper's column order
+    sets = {p["task"]: p for p in sorted(protocols, key=lambda p: order.index(p["task"].removesuffix("-standin")))}
+    stops = "; ".join(f"{t}: {', '.join(f'`{json.dumps(s)}`' for s in p['decoding']['stop'])}" for t, p in sets.items())
+    prompts = ", ".join(f"{t} {p['prompt']['template_sha256'][:12]}" for t, p in sets.items())
+    lacking = len(files) - len(protocols)
+    return [
+        f"Decoding (the `protocol` of each score file, `<set>.json` and `<set>.lm_eval.json`): {'; '.join(ways)}; "
+        f"one completion per problem (pass@1); it stops at the first of the set's stop strings ({stops}). Prompts: "
+        f"each set's template, no examples before it (sha256 {prompts}; docs/evaluation.md)."
+        + (f" {lacking} of {len(files)} score files record no protocol (written before it existed)." if lacking else "")
+    ]
+
+
+RUN_NOTES = {"table4_scores": decoding_notes}  # notes read from the runs a table is built from (`pit table`)
 
 
 BUILDERS = {  # claims: pit/reporting/claims.py

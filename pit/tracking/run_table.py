@@ -13,7 +13,8 @@ Every row (CSV, JSON, `--wide`): experiment, run (the run name, e.g. `teacher-25
 the tags stage, mode, slot, arm, task, and the run id. The default Markdown table is compact (under 120
 characters for the pipeline's run names): run, stage, status, final_loss, val_loss, delta_ti, `score` (an
 evaluation run's in-domain score after LoRA, `lora/<task>/...`), the first 8 characters of the run id, and
-the experiment only when several are listed.
+the experiment only when several are listed. Rows come per experiment, grouped by stage in the pipeline's order
+(pretrain, lora, evaluate, summary), each stage's runs by start time.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from pit.errors import PitError
-from pit.tracking.tags import run_tags
+from pit.tracking.tags import run_tags, stage_order
 from pit.tracking.tracker import tracking_uri
 
 # metric name in the store -> column name
@@ -169,10 +170,20 @@ def _filter(frame, filters: dict[str, str | None]):
     return frame
 
 
+def ordered(frame, experiment_ids: list[str]):
+    """The runs of `frame` (mlflow.search_runs's columns) by experiment (in the order given), then by stage in the
+    pipeline's order (pit.tracking.tags.STAGES; other stages after), then by start time."""
+    order = {e: i for i, e in enumerate(experiment_ids)}
+    stage = frame["tags.stage"].map(stage_order) if "tags.stage" in frame.columns else 0
+    frame = frame.assign(_order=frame["experiment_id"].map(order), _stage=stage)
+    return frame.sort_values(["_order", "_stage", "start_time"], kind="stable").drop(columns=["_order", "_stage"])
+
+
 def list_runs(
     uri: str | None = None, experiments: list[str] | None = None, filters: dict[str, str | None] | None = None
 ) -> list[dict]:
-    """One dict per run (experiments by name, runs by start time): experiment, run, status, start, run_id, the
+    """One dict per run (experiments by name, then stages in the pipeline's order, then runs by start time):
+    experiment, run, status, start, run_id, the
     tags of `TAG_COLUMNS`, the key final metrics and the evaluation scores; only runs whose tags match `filters`
     ({stage|mode|arm: value}). Reads only: a store that does not exist is an error, never created
     (`check_store`)."""
@@ -191,10 +202,8 @@ def list_runs(
         if any(v is not None for v in (filters or {}).values()):
             raise PitError(f"no runs in {uri!r} to filter")
         return []
-    frame = _filter(_with_arm_tags(frame), filters or {})
+    frame = ordered(_filter(_with_arm_tags(frame), filters or {}), [e.experiment_id for e in exps])
     names = {e.experiment_id: e.name for e in exps}
-    order = {e.experiment_id: i for i, e in enumerate(exps)}
-    frame = frame.assign(_order=frame["experiment_id"].map(order)).sort_values(["_order", "start_time"], kind="stable")
     scores = sorted(c[len("metrics.") :] for c in frame.columns if c.startswith("metrics."))
     scores = [c for c in scores if SCORE_METRIC.fullmatch(c)]
     return [_row(run, names[run["experiment_id"]], scores) for _, run in frame.iterrows()]

@@ -25,6 +25,7 @@ from pathlib import Path
 import yaml
 
 from pit.errors import PitError
+from pit.progress import Steps
 from pit.tracking.transfer import EXPORT_FILE, import_runs
 
 LOCAL_PROFILE = "workflow/profiles/local"
@@ -42,16 +43,71 @@ def tracked_profile(root: Path) -> Path:
     raise PitError(f"{str(dvc_yaml)!r} names no profile: expected `configfile` under `vars`")
 
 
+class JobLines:
+    """Snakemake's log, fed line by line (`snakemake(on_line=...)`), as one line per finished job on `steps`
+    (pit.progress.Steps): `[k/n] rule first-output (+m more)`, a failed job as `rule FAILED`; the job count once
+    Snakemake has planned the run (its `Job stats` table)."""
+
+    RULE = re.compile(r"^(?:local)?rule (\w+):$")
+    FIELD = re.compile(r"^\s+(output|jobid): (.*)$")
+    TOTAL = re.compile(r"^total\s+(\d+)$")
+    FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)$")
+    DONE = re.compile(r"^(\d+) of (\d+) steps \(.*\) done$")
+    FAILED = re.compile(r"^Error in rule (\w+):$")
+
+    def __init__(self, steps):
+        self.steps, self.jobs, self.finished, self.current = steps, {}, [], {}
+
+    def __call__(self, line: str) -> None:
+        if m := self.RULE.match(line):
+            self.current = {"rule": m[1]}
+        elif (m := self.FIELD.match(line)) and self.current:
+            self.current[m[1]] = m[2]
+            if m[1] == "jobid":
+                self.jobs[m[2]] = self.current
+        elif (m := self.TOTAL.match(line)) and self.steps.total is None:
+            self.steps.set_total(int(m[1]))
+            self.steps.line(f"snakemake plans {m[1]} jobs")
+        elif m := self.FINISHED.match(line):
+            self.finished.append(self.jobs.get(m[1], {"rule": m[2]}))
+        elif (m := self.DONE.match(line)) and self.finished:
+            job = self.finished.pop(0)
+            outputs = [o.strip() for o in job.get("output", "").split(",") if o.strip()]
+            more = f" (+{len(outputs) - 1} more)" if len(outputs) > 1 else ""
+            self.steps.line(f"{job['rule']} {outputs[0] if outputs else ''}{more}".strip(), int(m[1]) - self.steps.n)
+        elif m := self.FAILED.match(line):
+            self.steps.line(f"{m[1]} FAILED")
+
+
+def _streamed(cmd: list[str], cwd: Path, on_line) -> subprocess.CompletedProcess:
+    """Run `cmd` with its stderr merged into its stdout, passing each line to `on_line` as it comes."""
+    lines = []
+    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:
+            lines.append(line)
+            on_line(line.rstrip("\n"))
+    return subprocess.CompletedProcess(cmd, proc.returncode, "".join(lines), "")
+
+
 def snakemake(
-    root: Path, *args: str, configfile: Path | None = None, directory: Path | None = None, tail: int = 5
+    root: Path,
+    *args: str,
+    configfile: Path | None = None,
+    directory: Path | None = None,
+    tail: int = 5,
+    on_line=None,
 ) -> subprocess.CompletedProcess:
     """Snakemake (this interpreter's) on the checkout's workflow with the local profile and `configfile` (default: the
-    tracked profile), in `directory` (default: the checkout); a failure is a PitError with the last `tail` lines."""
+    tracked profile), in `directory` (default: the checkout); a failure is a PitError with the last `tail` lines.
+    With `on_line`, each line of its log goes there as Snakemake writes it (e.g. `JobLines`)."""
     cmd = [sys.executable, "-m", "snakemake", "--profile", LOCAL_PROFILE, "--configfile"]
     cmd.append(str(configfile or tracked_profile(root)))
     if directory is not None:
         cmd += ["--snakefile", str(root / "workflow" / "Snakefile"), "--directory", str(directory)]
-    proc = subprocess.run([*cmd, *args], cwd=root, capture_output=True, text=True)
+    if on_line is None:
+        proc = subprocess.run([*cmd, *args], cwd=root, capture_output=True, text=True)
+    else:
+        proc = _streamed([*cmd, *args], root, on_line)
     if proc.returncode != 0:
         lines = (proc.stdout + proc.stderr).strip().splitlines()[-tail:]
         raise PitError(f"snakemake {' '.join(args)} failed: {' | '.join(lines)}")
@@ -90,7 +146,10 @@ def _dvc(what: str, call):
 
 def push(root: Path, remote: str | None = None) -> dict:
     """Record the pipeline's outputs and push them: {'pushed': files sent, 'lock_changed': dvc.lock differs from
-    git HEAD (commit it, or a clone pulls the old record)}."""
+    git HEAD (commit it, or a clone pulls the old record)}. Each phase is a line on stderr as it starts."""
+    tracked_profile(root)  # not a checkout's root: one error line, before any phase line
+    steps = Steps("pit share push", total=3, unit="phase")
+    steps.line("snakemake -n: is every output up to date?", 1)
     pending = pending_jobs(root)
     if pending:
         raise PitError(
@@ -98,27 +157,39 @@ def push(root: Path, remote: str | None = None) -> dict:
             "run the pipeline first (snakemake --profile workflow/profiles/local)"
         )
     with _repo(root) as repo:
+        steps.line("dvc commit --force: every stage's outputs into dvc.lock and DVC's cache", 1)
         _dvc("commit", lambda: repo.commit(None, force=True))
+        steps.line(f"dvc push: to the remote {remote or '(default)'}", 1)
         pushed = _dvc("push", lambda: repo.push(remote=remote))
+    steps.close()
     diff = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "dvc.lock"], cwd=root, capture_output=True)
     return {"pushed": pushed, "lock_changed": diff.returncode != 0}
 
 
 def pull(root: Path, remote: str | None = None, uri: str | None = None) -> dict:
     """Pull the outputs dvc.lock records, mark them up to date for Snakemake and import the MLflow runs:
-    {'fetched': files, 'imported': runs, 'present': runs already in the store}."""
+    {'fetched': files, 'imported': runs, 'present': runs already in the store}. Each phase is a line on stderr as
+    it starts (pit.progress.Steps)."""
+    steps = Steps("pit share pull", total=4, unit="phase")
     with _repo(root) as repo:
+        steps.line(f"dvc pull: the outputs dvc.lock records, from the remote {remote or '(default)'}", 1)
         result = _dvc("pull", lambda: repo.pull(remote=remote))
+        steps.line("dvc status: the pulled outputs against this checkout's code and config", 1)
         changed = _dvc("status", lambda: repo.status())
     if changed:
         raise PitError(
             f"after the pull, dvc status lists {', '.join(sorted(changed))}: the pulled outputs do not match this "
             "checkout's code or config (check out the commit that recorded dvc.lock); not marking them up to date"
         )
+    steps.line("snakemake --touch --forceall: every output up to date, in the DAG's order", 1)
     snakemake(root, "--touch", "--forceall", "--cores", "1")
     imported = present = 0
     profile = yaml.safe_load((root / tracked_profile(root)).read_text()) or {}
     settings = profile.get("mlflow") or {}
     if settings.get("enabled", True) and (root / EXPORT).is_file():
+        steps.line(f"importing the MLflow runs of {EXPORT}", 1)
         imported, present = import_runs(root / EXPORT, uri or settings.get("tracking_uri"))
+    else:
+        steps.line("no MLflow runs to import (MLflow off, or no export)", 1)
+    steps.close()
     return {"fetched": result.get("stats", {}).get("fetched", 0), "imported": imported, "present": present}

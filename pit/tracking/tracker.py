@@ -21,7 +21,7 @@ from typing import Any
 
 from pit.io import sha256_file
 from pit.tracking.provenance import with_source_tags
-from pit.tracking.tags import PARENT_TAG, parent_filter, run_tags
+from pit.tracking.tags import PRETRAIN_RUN_TAG, pretrain_run_filter, run_tags
 
 log = logging.getLogger("pit.tracking")
 
@@ -134,8 +134,8 @@ class Tracker:
     ):
         """Continue MLflow run `run_id` when the store has it (same experiment and name), else create one with `tags`
         (with `arm` and a stand-in's `mode`: pit.tracking.tags), MLflow's source tags (git commit, command:
-        pit.tracking.provenance) and, for a LoRA or evaluation run, its pretraining run as parent; then
-        `on_start(run_id)` at once (the run folder records the id before anything else can happen)."""
+        pit.tracking.provenance) and, for a LoRA or evaluation run, its pretraining run's id (`PRETRAIN_RUN_TAG`);
+        then `on_start(run_id)` at once (the run folder records the id before anything else can happen)."""
         self.run_id = None
         self.tags = run_tags(run_name, tags)
         self.active = enabled
@@ -158,18 +158,18 @@ class Tracker:
             self._client.update_run(self.run_id, status="RUNNING")
             on_start(self.run_id)
             return
-        parent = self._parent(exp_id, tags)
-        if parent:
-            tags = self.tags = {**tags, PARENT_TAG: parent}
+        pretrain_run = self._pretrain_run(exp_id, tags)
+        if pretrain_run:
+            tags = self.tags = {**tags, PRETRAIN_RUN_TAG: pretrain_run}
         self.run_id = self._client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
         on_start(self.run_id)
         self._close_orphans(exp_id, run_name, tags)
 
-    def _parent(self, exp_id: str, tags: dict) -> str | None:
-        """The run a LoRA or evaluation run nests under in the UI: the newest finished pretraining run of its arm
+    def _pretrain_run(self, exp_id: str, tags: dict) -> str | None:
+        """The pretraining run a LoRA or evaluation run belongs to: the newest finished pretraining run of its arm
         (same mode, slot, arm, seed) in the same experiment; None when there is none (or for other stages)."""
-        query = parent_filter(tags)
-        if query is None or PARENT_TAG in tags:
+        query = pretrain_run_filter(tags)
+        if query is None or PRETRAIN_RUN_TAG in tags:
             return None
         query += " and attributes.status = 'FINISHED'"
         found = self._client.search_runs([exp_id], query, max_results=1, order_by=["attributes.start_time DESC"])

@@ -8,9 +8,9 @@ any `--tracking-uri`), so `pit runs` and `mlflow ui` show them. Artifacts are no
 are (run.json, metrics.jsonl, summary.json, tables, REPORT.md) are in the results tree itself.
 
 Each imported run carries the tag `pit.imported_from` (its run id in the exporting store); importing the
-same file again adds nothing, and neither does importing it into the store it came from. A nested run's
-`mlflow.parentRunId` is rewritten to its parent's id in the importing store (parents start first, so they
-are imported first).
+same file again adds nothing, and neither does importing it into the store it came from. A tag that holds another
+run's id (a LoRA or evaluation run's `pit.pretrain_run`; `mlflow.parentRunId` in exports of earlier versions) is
+rewritten to that run's id in the importing store (the run it names started first, so it is imported first).
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from pathlib import Path
 
 from pit.errors import PitError
 from pit.io import read_jsonl, write_text
+from pit.progress import progress_bar
 from pit.tracking.run_table import check_store, local_store
-from pit.tracking.tags import PARENT_TAG
+from pit.tracking.tags import LINK_TAGS, STAGES
 from pit.tracking.tracker import UI_QUERY, experiment_id, store_lock, tracking_uri
 
 EXPORT_FILE = "runs.jsonl"
 IMPORTED_FROM = "pit.imported_from"
-PARENT = PARENT_TAG
 
 
 def _run_record(client, exp, run) -> dict:
@@ -64,6 +64,7 @@ def export_runs(out: str | Path, experiment: str, uri: str | None = None) -> int
         exp = client.get_experiment_by_name(experiment)
     if exp is not None:
         runs = client.search_runs([exp.experiment_id], max_results=50000, order_by=["attributes.start_time ASC"])
+        runs = progress_bar(runs, desc=f"export {experiment}", unit="run")
         lines = [json.dumps(_run_record(client, exp, run), sort_keys=True) + "\n" for run in runs]
     write_text(out, "".join(lines))
     return len(lines)
@@ -89,7 +90,8 @@ def _present(client, exp_id: str, record: dict) -> str | None:
 
 def _import_run(client, record: dict, ids: dict[str, str]) -> bool:
     """Recreate one exported run (times, tags, params, metric histories, status) unless present; `ids` maps
-    exported run ids to this store's (its parent's id is taken from it, its own added). Whether it was created."""
+    exported run ids to this store's (the ids its LINK_TAGS name are taken from it, its own added). Whether it was
+    created."""
     from mlflow.entities import Metric, Param
 
     exp_id = experiment_id(client, record["experiment"])
@@ -99,8 +101,9 @@ def _import_run(client, record: dict, ids: dict[str, str]) -> bool:
         return False
     tags = {k: v for k, v in record["tags"].items() if k != "mlflow.runName"}
     tags[IMPORTED_FROM] = record["run_id"]
-    if tags.get(PARENT) in ids:
-        tags[PARENT] = ids[tags[PARENT]]
+    for link in LINK_TAGS:
+        if tags.get(link) in ids:
+            tags[link] = ids[tags[link]]
     run = client.create_run(exp_id, start_time=record["start_time"], tags=tags, run_name=record["run_name"])
     run_id = ids[record["run_id"]] = run.info.run_id
     params = [Param(k, v) for k, v in record["params"].items()]
@@ -135,14 +138,19 @@ def import_runs(path: str | Path, uri: str | None = None) -> tuple[int, int]:
     imported, ids = 0, {}
     with store_lock(uri):
         client = mlflow.MlflowClient(tracking_uri=uri)
-        for record in sorted(records, key=lambda r: r["start_time"]):
+        ordered = sorted(records, key=lambda r: r["start_time"])
+        for record in progress_bar(ordered, desc=f"import {source}", unit="run"):
             imported += _import_run(client, record, ids)
     return imported, len(records) - imported
 
 
 def ui_urls(uri: str | None, base: str, experiments: list[str] | None = None) -> list[tuple[str, str]]:
-    """(experiment, URL) of each experiment's runs table in the MLflow UI at `base` (all experiments by default);
-    the URL selects the UI's "Model training" view (`UI_QUERY`), where MLflow 3 otherwise opens its GenAI one."""
+    """(label, URL) of each experiment's runs table in the MLflow UI at `base` (all experiments by default), then of
+    the same table filtered to each stage (label `<experiment> [stage <stage>]`: the runs page reads its search
+    filter from the URL's `searchFilter`); the URLs select the UI's "Model training" view (`UI_QUERY`), where MLflow
+    3 otherwise opens its GenAI one."""
+    from urllib.parse import quote
+
     import mlflow
 
     uri = tracking_uri(uri)
@@ -155,6 +163,9 @@ def ui_urls(uri: str | None, base: str, experiments: list[str] | None = None) ->
             known = ", ".join(sorted(e.name for e in found)) or "none"
             raise PitError(f"no experiment {missing[0]!r} in the MLflow store {uri!r} (experiments: {known})")
         found = [e for e in found if e.name in experiments]
-    return [
-        (e.name, f"{base}/#/experiments/{e.experiment_id}/runs?{UI_QUERY}") for e in sorted(found, key=lambda e: e.name)
-    ]
+    urls = []
+    for e in sorted(found, key=lambda e: e.name):
+        table = f"{base}/#/experiments/{e.experiment_id}/runs?{UI_QUERY}"
+        urls.append((e.name, table))
+        urls += [(f"{e.name} [stage {s}]", f"{table}&searchFilter={quote(f'tags.stage = {s!r}')}") for s in STAGES]
+    return urls

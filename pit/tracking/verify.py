@@ -15,9 +15,10 @@ Every file the rerun wrote is compared with the recorded file of the same path, 
   agreement fractions (pass@k, accuracy, `*agreement*`) absolute 0.05; every other number (interface metrics,
   angles, gradients, KL, side effects) relative 1e-2 with an absolute floor of 1e-6 (PIT's structural zeros are
   float noise around 1e-15); machine-dependent numbers (`runtime_s`, `time_s`, `tokens_per_s`, `peak_memory_mb`)
-  are not compared; text must be equal. Across CPUs, float32 training differs in the last bits of each step
-  (reduction order, vector width), which a few dozen steps amplify to ~1e-5 relative in a loss; the tolerances
-  leave a margin of two orders of magnitude and still catch a change of code, data or settings.
+  and provenance (a score file's `date`, `commit`, `git_hash`) are not compared; text must be equal. Across CPUs,
+  float32 training differs in the last bits of each step (reduction order, vector width), which a few dozen steps
+  amplify to ~1e-5 relative in a loss; the tolerances leave a margin of two orders of magnitude and still catch a
+  change of code, data or settings.
 - not compared: renderings of compared files (tables' .md/.tex/.html/.sha256, figures, REPORT.md), checkpoint
   folders (their effect is in the losses, diagnostics and scores made from them), logs, run.json and the MLflow
   export (run ids, times, commits), generated samples (their scores are compared).
@@ -36,7 +37,8 @@ from pathlib import Path
 
 from pit.errors import PitError
 from pit.io import read_jsonl, sha256_file
-from pit.tracking.share import snakemake
+from pit.progress import Steps
+from pit.tracking.share import JobLines, snakemake
 from pit.tracking.summary import csv_rows
 
 
@@ -52,6 +54,7 @@ class Tolerance:
 
 TOLERANCES = (
     Tolerance("machine", r"runtime_s|time_s|tokens_per_s|peak_memory_mb|.*_seconds|wall.*", None, None),
+    Tolerance("provenance", r"date|commit|git_hash", None, None),  # when and by which code: a score file's protocol
     Tolerance("perplexity", r".*ppl.*", 1e-2, 0.0),
     Tolerance("loss", r".*loss.*|.*_bits|.*bits_.*|ce_gap", 1e-3, 1e-6),
     Tolerance("score", r".*pass_at_\d+.*|.*accuracy.*|.*agreement.*|.*exact_match.*", 0.0, 0.05),
@@ -95,12 +98,12 @@ def compare_number(key: str, recorded, rerun) -> tuple[str, bool] | None:
     """(kind, within tolerance) when two values differ; None when they are equal or not compared."""
     if recorded == rerun or (_nan(recorded) and _nan(rerun)):
         return None
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (recorded, rerun))
-    if not numbers:
-        return "text", False
     tol = tolerance(key)
     if tol.rel is None:
         return None
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (recorded, rerun))
+    if not numbers:
+        return "text", False
     if isinstance(recorded, int) and isinstance(rerun, int):
         return "count", False
     return tol.kind, abs(rerun - recorded) <= tol.abs + tol.rel * abs(recorded)
@@ -192,8 +195,8 @@ def compare_trees(recorded: Path, rerun: Path, files: list[str]) -> tuple[list[D
 JOB = re.compile(r"^\s*(?:local)?rule (\w+):\n(?:\s+\w+: .*\n)*?\s+output: (.*)\n", re.M)
 
 
-def _snakemake(root: Path, configfile: Path, directory: Path | None, *args: str) -> str:
-    proc = snakemake(root, *args, configfile=configfile, directory=directory, tail=8)
+def _snakemake(root: Path, configfile: Path, directory: Path | None, *args: str, on_line=None) -> str:
+    proc = snakemake(root, *args, configfile=configfile, directory=directory, tail=8, on_line=on_line)
     return proc.stdout + proc.stderr
 
 
@@ -236,8 +239,8 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
 
 
 def rerun(root: Path, configfile: Path, targets: list[str], scratch: Path, rules: list[str], cores: str) -> list[str]:
-    """Rerun the targets in `scratch` (everything they need, or from `rules` on with the recorded inputs); the
-    files (relative paths) the rerun wrote."""
+    """Rerun the targets in `scratch` (everything they need, or from `rules` on with the recorded inputs), each job
+    named on stderr as Snakemake finishes it (`JobLines`); the files (relative paths) the rerun wrote."""
     if rules:
         jobs = target_jobs(root, configfile, targets)
         unknown = sorted(set(rules) - set(jobs))
@@ -246,6 +249,10 @@ def rerun(root: Path, configfile: Path, targets: list[str], scratch: Path, rules
         _seed(root, scratch, [p for outputs in jobs.values() for p in outputs])
     before = _snapshot(scratch)
     force = ["--forcerun", *rules] if rules else []
-    _snakemake(root, configfile, scratch, "--cores", cores, *force, "--", *targets)
+    steps = Steps("pit verify", unit="job", bar=True)  # each job as Snakemake finishes it, on stderr
+    try:
+        _snakemake(root, configfile, scratch, "--cores", cores, *force, "--", *targets, on_line=JobLines(steps))
+    finally:
+        steps.close()
     after = _snapshot(scratch)
     return sorted(rel for rel, stat in after.items() if before.get(rel) != stat)

@@ -187,6 +187,9 @@ def default_warmup(max_steps: int) -> int:
 
 
 MLFLOW_KEYS = {"tracking_uri": (str, type(None)), "experiment": (str,), "enabled": (bool,)}
+# a run's `mlflow` block as resolved: a key left out has this value (tracking_uri None: $MLFLOW_TRACKING_URI, else
+# sqlite:///mlflow.db, read when the run starts: pit.tracking.tracker.tracking_uri)
+MLFLOW_DEFAULTS = {"tracking_uri": None, "experiment": "pit", "enabled": True}
 
 
 def mlflow_problem(block: dict) -> str | None:
@@ -293,6 +296,7 @@ class RunArgs:
         for ok, msg, fields in self.checks():
             if not ok:
                 raise ArgsError(f"{self.label}: {msg}", fields)
+        self.mlflow = {**MLFLOW_DEFAULTS, **self.mlflow}  # resolved: --print-config shows where the run logs
 
     @classmethod
     def from_dict(cls, d: dict):
@@ -421,9 +425,10 @@ class PretrainArgs(RunArgs):
 
         super().__post_init__()
         try:
-            InterfaceConfig.from_dict(self.interface)
+            interface = InterfaceConfig.from_dict(self.interface)
         except (TypeError, ValueError) as err:  # a PitError, or a value of the wrong type in the dict
             raise ArgsError(f"{self.label}: interface {json.dumps(self.interface)}: {err}", ("interface",)) from None
+        self.interface = interface.to_dict(omit_defaults=False)  # every key, defaults filled in: one form per run
 
     def accumulation(self, world_size: int) -> int:
         """Micro-batches per optimizer step on each rank; the global batch must divide evenly."""

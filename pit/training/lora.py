@@ -44,7 +44,7 @@ from pit.evaluation.tasks import load_task
 from pit.io import atomic_path, sha256_file, write_json
 from pit.models.any_model import family
 from pit.models.checkpoint import load_model, save_pretrained_atomic
-from pit.progress import progress_bar
+from pit.progress import Steps, progress_bar
 from pit.tracking.tracker import FINAL_KEYS, Tracker
 from pit.training.args import LoraArgs
 from pit.training.objective import NextTokenLoss
@@ -417,6 +417,8 @@ def evaluate(run: LoraRun) -> dict:
     from pit.analysis.side_effects import side_effects
 
     args, path = run.args, run.folder.path
+    steps = Steps(run.run_name, total=2 if run.val is None else 3, unit="phase")  # minutes for a large model
+    steps.line(f"saving {path / 'adapter'} and the merged model {path / 'merged'}", 1)
     with atomic_path(path / "adapter") as tmp:
         save_adapter(run.model, args, tmp)
     merged = merged_model(run.model)
@@ -437,12 +439,14 @@ def evaluate(run: LoraRun) -> dict:
         "trainable_parameters": run.params["trainable_parameters"],
     }
     if run.val is not None:
+        steps.line(f"side effects against the base on {args.side_effect_windows} held-out windows", 1)
         effects = side_effects(
             load_model(args.base).to(run.device), merged, run.val, args.side_effect_seq_len, args.side_effect_windows
         )
         write_json(path / "side_effects.json", {**effects, "val_data": args.val_data})
         run.tracker.log_metrics([{"step": args.max_steps, **effects}], SIDE_EFFECT_KEYS)
         run.tracker.log_artifact(path / "side_effects.json")
+    steps.line("summary and MLflow", 1)
     run.tracker.log_metrics([{"step": args.max_steps, **summary}], FINAL_KEYS)
     run.folder.finish(run.tracker, summary)  # summary.json, last
     return summary

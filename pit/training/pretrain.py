@@ -33,7 +33,7 @@ from pit.models import build_model, convert_teacher, get_spec, load_teacher
 from pit.models.access import interface_of, model_consistency, model_delta_ti
 from pit.models.checkpoint import save_pretrained_atomic
 from pit.models.configs import TeacherSpec
-from pit.progress import progress_bar
+from pit.progress import Steps, progress_bar
 from pit.tracking.tracker import FINAL_KEYS, METRIC_KEYS, run_datasets
 from pit.training.args import PretrainArgs
 from pit.training.objective import NextTokenLoss, compile_loss, new_step
@@ -411,6 +411,8 @@ def validate(run: Run, metrics: MetricsLog) -> dict:
     rows = run.folder.metrics()
     tail = [r["loss"] for r in rows[-args.final_loss_window :] if math.isfinite(r["loss"])]
     final_loss = float(np.mean(tail)) if tail else float("nan")
+    steps = Steps(run.run_name, total=2, unit="phase")  # minutes for a large model: say what runs
+    steps.line(f"final validation loss on {args.eval_batches * args.micro_batch_size} windows", 1)
     val_loss = validation_loss(run)
     summary = {
         "run_name": run.run_name,
@@ -438,6 +440,7 @@ def validate(run: Run, metrics: MetricsLog) -> dict:
         **({"diverged": diverged} if diverged else {}),
     }
     tokenizer = load_tokenizer(args.tokenizer)
+    steps.line(f"saving {run.folder.path / 'final'}", 1)
     save_pretrained_atomic(run.model, run.folder.path / "final", tokenizer)  # with its model card
     metrics.upload()
     run.tracker.log_metrics([{"step": args.max_steps, **summary}], FINAL_KEYS)

@@ -39,6 +39,7 @@ from pit.errors import PitError
 from pit.io import atomic_path, json_text, read_jsonl, remove_stale_temporaries, sha256_file, write_json, write_text
 from pit.tracking.provenance import with_source_tags
 from pit.tracking.tracker import Tracker
+from pit.training.args import MLFLOW_DEFAULTS
 
 log = logging.getLogger("pit.training")
 TRAINER_STATE = "trainer_state.pt"
@@ -245,7 +246,8 @@ class RunFolder:
         keys of which record file the run logs as metrics, what `pit mlflow sync` replays) is written the moment
         the run id is known, so a kill at any later point resumes the same MLflow run; params already logged are
         kept."""
-        experiment = mlflow.get("experiment", "pit")
+        mlflow = {**MLFLOW_DEFAULTS, **mlflow}
+        experiment = mlflow["experiment"]
         tags = with_source_tags(tags)
         record = {
             "run_name": run_name,
@@ -256,11 +258,11 @@ class RunFolder:
             "fingerprint": self.fingerprint,
         }
         tracker = Tracker(
-            mlflow.get("tracking_uri"),
+            mlflow["tracking_uri"],
             experiment,
             run_name,
             tags,
-            enabled=self.main and mlflow.get("enabled", True),
+            enabled=self.main and mlflow["enabled"],
             run_id=run_id or self.earlier_mlflow_run_id(),
             on_start=lambda run_id: self.write_run_json({**record, "mlflow_run_id": run_id}),
         )
