@@ -78,7 +78,7 @@ def test_version_is_the_package_metadata(capsys):
 
 
 INTERFACE_DEFAULTS = {"kind": "pit", "trainable_z": False, "t_init": "identity", "diag_clamp": None,
-                      "retraction_eps": 0.0, "init_std": 0.02, "t_power": 1.0, "t_scale": 1.0}  # fmt: skip
+                      "retraction_eps": 0.0, "init_std": 0.02, "t_power": 1.0, "t_scale": 1.0, "tt_init": "teacher"}  # fmt: skip
 MLFLOW_DEFAULTS = {"tracking_uri": None, "experiment": "pit", "enabled": True}
 
 
