@@ -53,7 +53,7 @@ def section(p: Profile, keys: list) -> dict:
 def train_spec(p: Profile, run: tuple) -> dict:
     """`pit train` of one pretraining run (docs/training.md); arms with the same seed see the same data order."""
     mode, slot, interface, _ = run
-    data = p.run_inputs(mode)
+    data = p.run_inputs(mode, slot)
     spec = {**p.pretrain["train"]}
     for keys in train_overrides(run):
         spec.update(section(p, keys))
@@ -111,7 +111,7 @@ def lora_spec(p: Profile, run: tuple, task: str) -> dict:
         base=final_model(run),
         task=task,
         source=p.post["data_source"],
-        val_data=p.val_tokens(mode),
+        val_data=p.val_tokens(mode, slot),
         side_effect_seq_len=p.config["context_length"],
         run_name=run_name(run, f"lora-{task}-"),
         mlflow=p.config["mlflow"],
