@@ -294,15 +294,16 @@ def killed_at(event: str, match: str, argv: list[str]) -> subprocess.CompletedPr
 
 def write_tiny_gguf(path: Path, seed: int = 0):
     """A tiny tied Llama written as llama.cpp writes a GGUF file (the `gguf` package's GGUFWriter): 1 block, d = 32,
-    a byte-level BPE tokenizer of 262 tokens (<unk>, <s>, </s>, the 256 bytes, 3 merges) that puts <s> before every
-    text; every tensor F32 but ffn_up in Q8_0, q/k permuted as llama.cpp's converter does. Returns the transformers
-    model it holds (ffn_up as the GGUF dequantises it), whose logits the materialised folder must reproduce."""
+    a byte-level BPE tokenizer of 262 tokens (<|endoftext|> as unknown, <s>, </s>, the 256 bytes, 3 merges) that
+    puts <s> before every text; every tensor F32 but ffn_up in Q8_0, q/k permuted as llama.cpp's converter does.
+    Returns the transformers model it holds (ffn_up as the GGUF dequantises it), whose logits the materialised
+    folder must reproduce."""
     import gguf
     import torch
     from tokenizers.pre_tokenizers import ByteLevel
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    tokens = ["<unk>", "<s>", "</s>", *sorted(ByteLevel.alphabet()), "Ġt", "he", "Ġthe"]
+    tokens = ["<|endoftext|>", "<s>", "</s>", *sorted(ByteLevel.alphabet()), "Ġt", "he", "Ġthe"]
     V, D, F, H, KV = len(tokens), 32, 64, 4, 2
     config = dict(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=1, num_attention_heads=H,
                   num_key_value_heads=KV, max_position_embeddings=64, tie_word_embeddings=True, bos_token_id=1,

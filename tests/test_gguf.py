@@ -46,6 +46,7 @@ def test_materialize_load_convert_round_trip_and_determinism(tiny, tmp_path, cap
         assert model_delta_ti(convert_teacher(teacher, InterfaceConfig(kind="pit"))) < 1e-5
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "t")  # the GGUF's own tokenizer, BOS before every text
     assert bos_prefix(tokenizer) == [1] and tokenizer("the")["input_ids"] == [1, 86, 260]  # t, he (merged)
+    assert len(tokenizer) == teacher.config.vocab_size == 262
     again = gguf.materialize(str(path), tmp_path / "again")
     assert again["weights_sha256"] == prov["weights_sha256"]
     assert (tmp_path / "again" / weights.name).read_bytes() == weights.read_bytes()

@@ -202,6 +202,10 @@ def write_teacher(path: Path, config, out: Path, source, entry, gguf_sha, quanti
 
     model = dequantised_model(path, config)
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    if len(tokenizer) > model.config.vocab_size:
+        rows = model.config.vocab_size
+        raise PitError(f"{path.name}: its tokenizer has {len(tokenizer)} tokens, more than the model's {rows} rows; "
+                       "expected a tokenizer whose ids are rows of the model")  # fmt: skip
     with atomic_path(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
