@@ -235,11 +235,14 @@ def test_gguf_teacher_slot_native_tokenizer_and_their_checks():
     """A GGUF slot's teacher is its materialised folder; a `teacher` tokenizer is the `checkpoint` tokenizer of that
     folder; the slot's runs read its `tokenizer`'s files; a teacher tokenizer of a stand-in slot and an unknown
     slot tokenizer are refused, naming the key."""
+    from pit.reporting.report import slot_model
+
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     config["tokenizers"]["g"] = {"kind": "teacher", "slot": "g", "bos_per_window": True}
     config["pretrain"]["teacher_slots"]["g"] = {"gguf": "gemma3-270m", "tokenizer": "g"}
     p = Profile(config)
     assert p.problems() == [] and p.gguf_slots == ["g"] and p.teacher_source("g") == "resources/teachers/g"
+    assert slot_model("teacher", config["pretrain"]["teacher_slots"]["g"])[0] == "gemma3-270m"  # REPORT.md's row
     assert p.tokenizer_spec("g") == {"kind": "checkpoint", "source": "resources/teachers/g", "bos_per_window": True}
     assert p.tokenizer_source_files("g") == ["resources/teachers/g"]
     assert p.run_inputs("teacher", "g")["train"] == "results/data/g/train.bin" and p.val_tokens("teacher", "256m") == (
