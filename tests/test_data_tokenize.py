@@ -244,6 +244,12 @@ def test_bos_per_window(inputs, train_file, tmp_path):
         window_bos_id("x", True, None, None)
     with pytest.raises(PitError, match="bos_per_window 'yes': expected auto, true or false"):
         build_tokenizer("x", {"kind": "checkpoint", "source": str(source), "bos_per_window": "yes"}, tmp_path / "x")
+    from transformers import AutoTokenizer
+
+    from pit.evaluation.likelihood import encode_pair
+
+    ids, kept, cut, _ = encode_pair(AutoTokenizer.from_pretrained(tmp_path / "tok"), texts[0], "a b", context=8)
+    assert cut and len(ids) == 8 and ids[0] == 1 and 1 not in ids[1:]  # a prompt cut to fit keeps its BOS
     gpt2 = TokenFile(train_file)  # the default profile's data: no key, windows unchanged
     assert "window_bos_id" not in gpt2.meta and "window_bos_id" not in json.loads((inputs[1] / "meta.json").read_text())
     assert gpt2.windows([0, 7], 8).tolist() == [gpt2.tokens[0:9].tolist(), gpt2.tokens[7:16].tolist()]
