@@ -257,6 +257,8 @@ SWEEP = {
         (["nosuch", "--out", "{T}/t"], "teacher source 'nosuch': expected one of"),
         (["{T}/bad.gguf", "--out", "{T}/t"], "does not start with the GGUF magic bytes"),
         (["smollm2-135m"], "--out"),
+        (["--out", "{T}/t"], "expected a source or --all, not both"),
+        (["smollm2-135m", "--all", "--out", "{T}/t"], "expected a source or --all, not both"),
     ],
     "teacher list": [(["--bogus"], "--bogus")],
     "runs": [

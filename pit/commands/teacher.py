@@ -3,6 +3,7 @@
 pit teacher list                                        # the packaged models and whether they are installed
 pit teacher materialize smollm2-135m --out teachers/smollm2-135m
 pit teacher materialize path/to/model.gguf --out teachers/mine   # any GGUF file of a supported family
+pit teacher materialize --all --out teachers                     # every packaged model: teachers/<name>
 
 The folder holds model.safetensors (float32, dequantised), config.json, the GGUF's tokenizer and provenance.json;
 `pit convert`, `pit convert-check`, a profile's teacher slot, `pit diagnose` and LoRA take it like any folder.
@@ -12,18 +13,23 @@ Install the packaged models with `bash scripts/setup.sh --real-teachers`.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from pit.errors import PitError
 from pit.models import gguf
 
 
 def materialize(args: argparse.Namespace) -> int:
-    prov = gguf.materialize(args.source, args.out)
-    types = ", ".join(f"{n} {k}" for k, n in prov["tensor_types"].items())
-    print(
-        f"materialized {args.source} ({prov['architecture']}, {prov['quantization']}: {types}; GGUF sha256 "
-        f"{prov['gguf_sha256'][:12]}) -> {args.out} ({prov['dequantised_dtype']})"
-    )
+    if (args.source is None) == (not args.all):
+        raise PitError(f"source {args.source!r} with --all {args.all}: expected a source or --all, not both")
+    jobs = [(name, Path(args.out) / name) for name in gguf.PACKAGED] if args.all else [(args.source, Path(args.out))]
+    for source, out in jobs:
+        prov = gguf.materialize(source, out)
+        types = ", ".join(f"{n} {k}" for k, n in prov["tensor_types"].items())
+        print(
+            f"materialized {source} ({prov['architecture']}, {prov['quantization']}: {types}; GGUF sha256 "
+            f"{prov['gguf_sha256'][:12]}) -> {out} ({prov['dequantised_dtype']})"
+        )
     return 0
 
 
@@ -48,8 +54,11 @@ def register(sub) -> None:
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     m = actions.add_parser("materialize", help="write a teacher folder from a packaged model or a .gguf file")
-    m.add_argument("source", help=f"a packaged model ({', '.join(gguf.PACKAGED)}) or the path of a .gguf file")
-    m.add_argument("--out", required=True, help="the teacher folder to write (atomically)")
+    m.add_argument(
+        "source", nargs="?", help=f"a packaged model ({', '.join(gguf.PACKAGED)}) or the path of a .gguf file"
+    )
+    m.add_argument("--all", action="store_true", help="every packaged model, each into OUT/<name>")
+    m.add_argument("--out", required=True, help="the teacher folder to write (atomically); with --all its parent")
     m.set_defaults(func=materialize)
     ls = actions.add_parser("list", help="the packaged models and whether their packages are installed")
     ls.set_defaults(func=list_models)
