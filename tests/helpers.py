@@ -290,3 +290,59 @@ def killed_at(event: str, match: str, argv: list[str]) -> subprocess.CompletedPr
     # started as `pit` re-executes itself (pit/training/allocator.py), so the hook lives in the process that runs
     env = environment()
     return subprocess.run([sys.executable, "-c", hook + body], capture_output=True, text=True, env=env)
+
+
+def write_tiny_gguf(path: Path, seed: int = 0):
+    """A tiny tied Llama written as llama.cpp writes a GGUF file (the `gguf` package's GGUFWriter): 1 block, d = 32,
+    a byte-level BPE tokenizer of 262 tokens (<|endoftext|> as unknown, <s>, </s>, the 256 bytes, 3 merges) that
+    puts <s> before every text; every tensor F32 but ffn_up in Q8_0, q/k permuted as llama.cpp's converter does.
+    Returns the transformers model it holds (ffn_up as the GGUF dequantises it), whose logits the materialised
+    folder must reproduce."""
+    import gguf
+    import torch
+    from tokenizers.pre_tokenizers import ByteLevel
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    tokens = ["<|endoftext|>", "<s>", "</s>", *sorted(ByteLevel.alphabet()), "Ġt", "he", "Ġthe"]
+    V, D, F, H, KV = len(tokens), 32, 64, 4, 2
+    config = dict(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=1, num_attention_heads=H,
+                  num_key_value_heads=KV, max_position_embeddings=64, tie_word_embeddings=True, bos_token_id=1,
+                  eos_token_id=2, rms_norm_eps=1e-5)  # fmt: skip
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model("llama", **config)).eval()
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("tiny")
+    for add, value in [(w.add_block_count, 1), (w.add_context_length, 64), (w.add_embedding_length, D),
+                       (w.add_feed_forward_length, F), (w.add_head_count, H), (w.add_head_count_kv, KV),
+                       (w.add_layer_norm_rms_eps, 1e-5), (w.add_rope_freq_base, 10000.0),
+                       (w.add_rope_dimension_count, D // H), (w.add_vocab_size, V),
+                       (w.add_file_type, gguf.LlamaFileType.MOSTLY_Q8_0), (w.add_tokenizer_model, "gpt2"),
+                       (w.add_tokenizer_pre, "default"), (w.add_token_list, tokens),
+                       (w.add_token_types, [gguf.TokenType.CONTROL] * 3 + [gguf.TokenType.NORMAL] * (V - 3)),
+                       (w.add_token_merges, ["Ġ t", "h e", "Ġt he"]), (w.add_bos_token_id, 1),
+                       (w.add_eos_token_id, 2), (w.add_unk_token_id, 0), (w.add_add_bos_token, True)]:  # fmt: skip
+        add(value)
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
+    for hf, name in {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+                     "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+                     "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
+                     "post_attention_layernorm": "ffn_norm"}.items():  # fmt: skip
+        names[f"model.layers.0.{hf}.weight"] = f"blk.0.{name}.weight"
+    for hf, name in names.items():
+        x = model.get_parameter(hf).detach().numpy()
+        heads = {"blk.0.attn_q.weight": H, "blk.0.attn_k.weight": KV}.get(name)
+        if heads:  # llama.cpp's rotary layout of q and k
+            x = x.reshape(heads, 2, x.shape[0] // heads // 2, x.shape[1]).swapaxes(1, 2).reshape(x.shape)
+        if name == "blk.0.ffn_up.weight":
+            q8 = gguf.GGMLQuantizationType.Q8_0
+            x = gguf.quants.quantize(x, q8)
+            with torch.no_grad():
+                model.get_parameter(hf).copy_(torch.from_numpy(gguf.quants.dequantize(x, q8)))
+            w.add_tensor(name, x, raw_dtype=q8)
+        else:
+            w.add_tensor(name, x)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return model

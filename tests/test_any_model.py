@@ -170,6 +170,22 @@ def test_lora_trains_merges_and_reloads(name, tmp_path):
     assert (after - before).abs().max() > 1e-3 and model_delta_ti(reloaded) < 1e-5
 
 
+@pytest.mark.parametrize("name", [*SOURCES, *ALSO])
+def test_every_family_converts_from_a_save_pretrained_folder(name, tmp_path, capsys):
+    """A checkpoint as transformers' own `save_pretrained` writes it (GPT-NeoX's head is `embed_out` in the file,
+    `lm_head` in the model) passes the weight check, `pit convert` and `load_model`, with the source's logits."""
+    from pit.models.weights import tensor_shapes
+
+    src = source(name)
+    src.save_pretrained(tmp_path / "src")
+    if name == "gpt_neox":
+        assert "embed_out.weight" in tensor_shapes(tmp_path / "src")
+    assert main(["convert", str(tmp_path / "src"), str(tmp_path / "out"), "--kind", "untied"]) == 0, capsys.readouterr()
+    converted, x = load_model(tmp_path / "out"), ids()
+    with torch.no_grad():
+        assert torch.allclose(converted(x).logits, src(x).logits, rtol=0, atol=1e-6)
+
+
 def test_unsupported_and_converted_sources_are_refused(tmp_path):
     converted = convert_teacher(source("llama"), InterfaceConfig(kind="pit"))
     with pytest.raises(PitError, match="already has a token interface"):

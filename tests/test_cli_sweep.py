@@ -253,6 +253,14 @@ SWEEP = {
         (["results/tables/table2.md"], "no dvc.yaml in '{T}'"),
         (["--from"], "--from"),
     ],
+    "teacher materialize": [
+        (["nosuch", "--out", "{T}/t"], "teacher source 'nosuch': expected one of"),
+        (["{T}/bad.gguf", "--out", "{T}/t"], "does not start with the GGUF magic bytes"),
+        (["smollm2-135m"], "--out"),
+        (["--out", "{T}/t"], "expected a source or --all, not both"),
+        (["smollm2-135m", "--all", "--out", "{T}/t"], "expected a source or --all, not both"),
+    ],
+    "teacher list": [(["--bogus"], "--bogus")],
     "runs": [
         (["--uri", "sqlite:///{T}/none.db"], "no MLflow store at 'sqlite:///{T}/none.db'"),
         (["--uri", "{T}/mlruns"], "no MLflow store"),
@@ -288,6 +296,7 @@ def files(tmp_path_factory):
     (root / "notman.json").write_text('{"a": 1}')  # JSON, not a corpus manifest
     (root / "binary.json").write_bytes(bytes(range(128, 256)))  # not text
     (root / "empty").mkdir()
+    (root / "bad.gguf").write_text("not a GGUF file")
     (root / "ok.yaml").write_text((ROOT / "config" / "config.yaml").read_text())
     return root
 

@@ -209,6 +209,52 @@ def test_a_checkpoint_tokenizer_keeps_its_own_bos_and_eos(inputs, train_file, tm
     assert "bos_id" not in TokenFile(train_file).meta
 
 
+def test_bos_per_window(inputs, train_file, tmp_path):
+    """bos_per_window (docs/data.md): auto, for a tokenizer that puts BOS before every text, makes every window a
+    model trains or is scored on start with BOS (BOS + the next seq_len tokens; a window at a document's BOS is read
+    as it is); false or a tokenizer without BOS (GPT-2's, the default profile's) leaves windows as the file has
+    them, and its sidecar without the key."""
+    import json
+    import shutil
+
+    from pit.data.tokenizers import window_bos_id
+
+    texts = [t for batch in iter_text_batches(inputs[0], "val", 100) for t in batch]
+    source = llama_style_tokenizer(tmp_path / "llama", texts)
+    meta = build_tokenizer("llama", {"kind": "checkpoint", "source": str(source)}, tmp_path / "tok")
+    assert meta["window_bos_id"] == 1 and meta["bos_id"] == 1
+    sidecar = tokenize_split(inputs[0], "val", tmp_path / "tok", tmp_path / "v.bin", batch_documents=8)
+    data, seq_len = TokenFile(tmp_path / "v.bin"), 16
+    assert sidecar["window_bos_id"] == 1 and data.meta["window_bos_id"] == 1
+    starts = np.array([0, 3, 5, int(np.flatnonzero(data.tokens == 1)[1]), len(data) - seq_len - 1])
+    rows = data.windows(starts, seq_len)
+    assert rows.shape == (5, seq_len + 1) and (rows[:, 0] == 1).all()
+    for row, s in zip(rows.tolist(), starts):
+        own = data.tokens[s : s + seq_len + 1].tolist()
+        assert row == (own if own[0] == 1 else [1, *own[:seq_len]])
+    assert rows[0].tolist() == data.tokens[: seq_len + 1].tolist() and rows[1, 1] == data.tokens[3]
+    # bos_per_window false: no window_bos_id (the same token file; its windows as the file has them)
+    assert window_bos_id("x", False, 1, 1) is None
+    shutil.copy(tmp_path / "v.bin", tmp_path / "plain.bin")
+    (tmp_path / "plain.json").write_text(json.dumps({k: v for k, v in sidecar.items() if k != "window_bos_id"}))
+    plain = TokenFile(tmp_path / "plain.bin").windows(starts, seq_len)
+    assert plain.tolist() == [data.tokens[s : s + seq_len + 1].tolist() for s in starts]
+    assert window_bos_id("x", True, None, 5) == 5 and window_bos_id("x", "auto", None, 5) is None
+    with pytest.raises(PitError, match="bos_per_window true: the tokenizer has no BOS token"):
+        window_bos_id("x", True, None, None)
+    with pytest.raises(PitError, match="bos_per_window 'yes': expected auto, true or false"):
+        build_tokenizer("x", {"kind": "checkpoint", "source": str(source), "bos_per_window": "yes"}, tmp_path / "x")
+    from transformers import AutoTokenizer
+
+    from pit.evaluation.likelihood import encode_pair
+
+    ids, kept, cut, _ = encode_pair(AutoTokenizer.from_pretrained(tmp_path / "tok"), texts[0], "a b", context=8)
+    assert cut and len(ids) == 8 and ids[0] == 1 and 1 not in ids[1:]  # a prompt cut to fit keeps its BOS
+    gpt2 = TokenFile(train_file)  # the default profile's data: no key, windows unchanged
+    assert "window_bos_id" not in gpt2.meta and "window_bos_id" not in json.loads((inputs[1] / "meta.json").read_text())
+    assert gpt2.windows([0, 7], 8).tolist() == [gpt2.tokens[0:9].tolist(), gpt2.tokens[7:16].tolist()]
+
+
 def test_a_checkpoint_tokenizer_without_eos_is_refused(inputs, tmp_path):
     texts = [t for batch in iter_text_batches(inputs[0], "train", 100) for t in batch]
     source = llama_style_tokenizer(tmp_path / "no-eos", texts, eos=None)

@@ -78,7 +78,8 @@ def test_version_is_the_package_metadata(capsys):
 
 
 INTERFACE_DEFAULTS = {"kind": "pit", "trainable_z": False, "t_init": "identity", "diag_clamp": None,
-                      "retraction_eps": 0.0, "init_std": 0.02, "t_power": 1.0, "t_scale": 1.0, "tt_init": "teacher"}  # fmt: skip
+                      "retraction_eps": 0.0, "init_std": 0.02, "t_power": 1.0, "t_scale": 1.0,
+                      "tt_init": "teacher"}  # fmt: skip
 MLFLOW_DEFAULTS = {"tracking_uri": None, "experiment": "pit", "enabled": True}
 
 
@@ -301,6 +302,32 @@ def test_arm_order_kind_and_runs_of_a_profile():
         (["claims", "matched_control"], "'pit-head': expected a TT arm of teacher mode"),
         (["pretrain", "scratch_slots", "303m-lr1", "arms"], "['nope']: not an arm of scratch mode "
          "(['pit', 'pit-z', 'pit-lrt', 'tt', 'tt-bad', 'untied'])"),
+    ]  # fmt: skip
+
+
+def test_gguf_teacher_slot_native_tokenizer_and_their_checks():
+    """A GGUF slot's teacher is its materialised folder; a `teacher` tokenizer is the `checkpoint` tokenizer of that
+    folder; the slot's runs read its `tokenizer`'s files; a teacher tokenizer of a stand-in slot and an unknown
+    slot tokenizer are refused, naming the key."""
+    from pit.reporting.report import slot_model
+
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config["tokenizers"]["g"] = {"kind": "teacher", "slot": "g", "bos_per_window": True}
+    config["pretrain"]["teacher_slots"]["g"] = {"gguf": "gemma3-270m", "tokenizer": "g"}
+    p = Profile(config)
+    assert p.problems() == [] and p.gguf_slots == ["g"] and p.teacher_source("g") == "resources/teachers/g"
+    assert slot_model("teacher", config["pretrain"]["teacher_slots"]["g"])[0] == "gemma3-270m"  # REPORT.md's row
+    assert p.tokenizer_spec("g") == {"kind": "checkpoint", "source": "resources/teachers/g", "bos_per_window": True}
+    assert p.tokenizer_source_files("g") == ["resources/teachers/g"]
+    assert p.run_inputs("teacher", "g")["train"] == "results/data/g/train.bin" and p.val_tokens("teacher", "256m") == (
+        "results/data/gpt2/val.bin"
+    )
+    config["tokenizers"]["g"]["slot"] = "256m"
+    config["pretrain"]["teacher_slots"]["590m"]["tokenizer"] = "nope"
+    assert Profile(config).problems() == [
+        (["tokenizers", "g", "slot"], "'256m': not a teacher slot with its own checkpoint (teacher or gguf; expected "
+         "one of ['g'])"),
+        (["pretrain", "teacher_slots", "590m", "tokenizer"], "'nope': not one of ['bpe32k', 'g', 'gpt2']"),
     ]  # fmt: skip
 
 

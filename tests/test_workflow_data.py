@@ -99,6 +99,35 @@ def test_paper_profile_dry_run_lists_the_data_jobs(tmp_path):
     assert not (tmp_path / "resources").exists() and not (tmp_path / "results").exists()
 
 
+def test_a_gguf_teacher_slot_and_its_native_tokenizer(tmp_path):
+    """A teacher slot declared as a GGUF file (`gguf:`) is materialised into resources/teachers/<slot> in the data
+    stage (`pit teacher materialize`, tests/test_gguf.py); a `teacher` tokenizer copies that folder's own tokenizer,
+    and the slot's runs (`tokenizer:`) train and are post-trained on its token files, none of the profile's
+    teacher tokenizer (gpt2)."""
+    gguf_file = tmp_path / "tiny.gguf"
+    gguf_file.write_bytes(b"GGUF")  # a plan only reads its name
+
+    def edit(config):
+        config["tokenizers"]["tiny"] = {"kind": "teacher", "slot": "tiny"}
+        config["pretrain"]["teacher_slots"]["tiny"] = {"gguf": str(gguf_file), "tokenizer": "tiny"}
+
+    config = write_config(tmp_path / "real.yaml", edit)
+    target = "results/posttrain/teacher/tiny/pit/mbpp/summary.json"
+    plan = snakemake(tmp_path / "work", "-n", "-p", target, "--configfile", str(config)).stdout
+    counts = {"download_corpus": 1, "materialize_teacher": 1, "copy_tokenizer": 1, "tokenize": 2, "pretrain": 1}
+    assert job_counts(plan) == {**counts, "lora": 1}
+    rules = {b.split("rule ")[1].split(":")[0]: b for b in plan.split("\n\n") if "\nrule " in b}
+    assert f"input: {gguf_file}\n" in rules["materialize_teacher"]
+    assert f"pit teacher materialize {gguf_file} --out resources/teachers/tiny >" in rules["materialize_teacher"]
+    copy = rules["copy_tokenizer"]
+    assert (
+        "input: resources/teachers/tiny\n" in copy
+        and '"kind": "checkpoint", "source": "resources/teachers/tiny"' in copy
+    )
+    assert "resources/teachers/tiny" in rules["pretrain"] and "results/data/tiny/train.bin" in rules["pretrain"]
+    assert "results/data/tiny/val.bin" in rules["lora"] and "results/data/gpt2" not in plan
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [

@@ -26,6 +26,7 @@ COMMANDS = {
     "side-effects": ("pit.commands.side_effects", "KL, loss change and interface change between two checkpoints"),
     "convert": ("pit.commands.convert", "convert any supported transformers causal LM to a PIT/TT/untied interface"),
     "convert-check": ("pit.commands.convert_check", "initial loss and interface errors of each PIT teacher init"),
+    "teacher": ("pit.commands.teacher", "real pretrained teachers from GGUF files (materialize, list)"),
     "table": ("pit.commands.table", "build one of the paper's tables (Markdown, CSV, LaTeX)"),
     "figure": ("pit.commands.figure", "draw one of the paper's figures (PNG)"),
     "report": ("pit.commands.report", "write results/REPORT.md from the tables and figures"),

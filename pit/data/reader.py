@@ -37,9 +37,10 @@ def read_sidecar(path: Path) -> dict[str, Any]:
         )
     if meta["eos_id"] >= meta["vocab_size"]:
         raise PitError(f"sidecar {str(path)!r}: eos_id {meta['eos_id']} >= vocab_size {meta['vocab_size']}")
-    bos = meta.get("bos_id", 0)
-    if not isinstance(bos, int) or isinstance(bos, bool) or not 0 <= bos < meta["vocab_size"]:
-        raise PitError(f"sidecar {str(path)!r}: bos_id {bos!r}; expected an integer in [0, {meta['vocab_size']})")
+    for key in ("bos_id", "window_bos_id"):
+        bos = meta.get(key, 0)
+        if not isinstance(bos, int) or isinstance(bos, bool) or not 0 <= bos < meta["vocab_size"]:
+            raise PitError(f"sidecar {str(path)!r}: {key} {bos!r}; expected an integer in [0, {meta['vocab_size']})")
     return meta
 
 
@@ -132,15 +133,22 @@ class TokenFile:
         return starts if max_windows is None else starts[:max_windows]
 
     def windows(self, starts, seq_len: int) -> torch.LongTensor:
-        """The windows at `starts` as a (len(starts), seq_len + 1) int64 tensor."""
+        """The windows at `starts` as a (len(starts), seq_len + 1) int64 tensor: tokens[s : s + seq_len + 1], or
+        with the sidecar's `window_bos_id` (bos_per_window, docs/data.md) BOS + tokens[s : s + seq_len], so every
+        window a model trains or is scored on starts with BOS (a window that starts at a document's BOS is read as
+        it is). Inputs are window[:-1], targets window[1:]."""
         self._check_fits(seq_len)
         starts = np.asarray(starts, dtype=np.int64)
         if starts.size and (starts.min() < 0 or starts.max() > len(self) - seq_len - 1):
             raise PitError(f"window starts must lie in [0, {len(self) - seq_len - 1}] for seq_len {seq_len}")
-        rows = (
-            np.stack([self.tokens[s : s + seq_len + 1] for s in starts]) if starts.size else np.zeros((0, seq_len + 1))
-        )
+        rows = np.stack([self._window(s, seq_len) for s in starts]) if starts.size else np.zeros((0, seq_len + 1))
         return torch.from_numpy(rows.astype(np.int64))
+
+    def _window(self, start: int, seq_len: int) -> np.ndarray:
+        row, bos = self.tokens[start : start + seq_len + 1], self.meta.get("window_bos_id")
+        if bos is None or row[0] == bos:
+            return row
+        return np.concatenate([np.array([bos], dtype=row.dtype), row[:seq_len]])
 
     def documents(self) -> list[np.ndarray]:
         """The token ids of each document (BOS and EOS removed), for checks and evaluation."""

@@ -160,6 +160,7 @@ def _sidecar(split, meta, manifest, encoder, dtype, n_tokens, n_docs, token_budg
         "vocab_size": meta["vocab_size"],
         "eos_id": meta["eos_id"],
         **({"bos_id": meta["bos_id"]} if "bos_id" in meta else {}),  # (absent without one, as in the tokenizer's)
+        **({"window_bos_id": meta["window_bos_id"]} if "window_bos_id" in meta else {}),  # (the same)
         "encoder": encoder,
         "dtype": dtype.name,
         "tokens": n_tokens,

@@ -5,7 +5,8 @@ Every tokenizer is saved as a folder that `transformers.AutoTokenizer.from_pretr
 (tokenizer.json, tokenizer_config.json, ...) plus `meta.json`: kind, spec, vocabulary size, EOS
 and `tokenizer_sha256`, the sha256 of tokenizer.json that every token file records. A checkpoint's
 tokenizer keeps its own EOS, and its `bos_id` where it puts a BOS token before every text
-(Llama, Gemma): the data stage then writes BOS + document + EOS, the framing the teacher was trained on.
+(Llama, Gemma): the data stage then writes BOS + document + EOS, the framing the teacher was trained on; and
+its `window_bos_id` where every window cut from the token files starts with BOS (`bos_per_window`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ KIND_KEYS = {
     "checkpoint": {"kind", "source"},
     "bpe": {"kind", "vocab_size", "min_frequency", "seed", "sample_bytes"},
 }
+OPTIONAL_KEYS = {"checkpoint": {"bos_per_window"}}  # absent: the default
+BOS_PER_WINDOW = ("auto", True, False)
 
 
 def check_spec(name: str, spec: dict[str, Any]) -> None:
@@ -37,8 +40,12 @@ def check_spec(name: str, spec: dict[str, Any]) -> None:
     kind = spec.get("kind")
     if not isinstance(kind, str) or kind not in KIND_KEYS:
         raise PitError(f"tokenizer {name!r} kind {kind!r}: expected one of {sorted(KIND_KEYS)}")
-    if spec.keys() != KIND_KEYS[kind]:
-        raise PitError(f"tokenizer {name!r} keys {sorted(spec)}: expected exactly {sorted(KIND_KEYS[kind])}")
+    optional = OPTIONAL_KEYS.get(kind, set())
+    if not KIND_KEYS[kind] <= spec.keys() <= KIND_KEYS[kind] | optional:
+        also = f" (and optionally {sorted(optional)})" if optional else ""
+        raise PitError(f"tokenizer {name!r} keys {sorted(spec)}: expected exactly {sorted(KIND_KEYS[kind])}{also}")
+    if spec.get("bos_per_window", "auto") not in BOS_PER_WINDOW:
+        raise PitError(f"tokenizer {name!r} bos_per_window {spec['bos_per_window']!r}: expected auto, true or false")
     if kind in ("gpt2", "checkpoint") and (not isinstance(spec["source"], str) or not spec["source"]):
         want = "'package' or a checkpoint folder" if kind == "gpt2" else "a checkpoint folder or hub id"
         raise PitError(f"tokenizer {name!r} source {spec['source']!r}: expected {want}")
@@ -110,9 +117,10 @@ def bos_prefix(tokenizer) -> list[int]:
     return list(full[:start])
 
 
-def _checkpoint_specials(source: str) -> tuple[Any, dict[str, str], int | None]:
-    """(backend tokenizer, its eos/bos/unk token strings, the BOS id it puts before every text or None) of a
-    checkpoint's tokenizer; a tokenizer without an EOS token cannot mark document ends and is refused."""
+def _checkpoint_specials(source: str) -> tuple[Any, dict[str, str], int | None, int | None]:
+    """(backend tokenizer, its eos/bos/unk token strings, the BOS id it puts before every text or None, its BOS
+    token's id or None) of a checkpoint's tokenizer; a tokenizer without an EOS token cannot mark document ends and
+    is refused."""
     hf = checkpoint_tokenizer(source)
     if hf.eos_token is None:
         raise PitError(f"tokenizer source {source!r} has no eos_token; expected one to mark the end of a document")
@@ -125,7 +133,20 @@ def _checkpoint_specials(source: str) -> tuple[Any, dict[str, str], int | None]:
         "bos_token": hf.bos_token or hf.eos_token,
         "unk_token": hf.unk_token or hf.eos_token,
     }
-    return hf.backend_tokenizer, specials, bos_id
+    return hf.backend_tokenizer, specials, bos_id, hf.bos_token_id
+
+
+def window_bos_id(name: str, setting, bos_id: int | None, bos_token_id: int | None) -> int | None:
+    """The id every training and scoring window starts with (`bos_per_window`, docs/data.md), or None.
+
+    auto: the BOS the tokenizer puts before every text (`bos_id`; Gemma, Llama), none where it puts nothing (GPT-2,
+    SmolLM2): a model trained with that BOS as its attention sink sees it at the start of every window, as at the
+    start of every text. true: the tokenizer's BOS token (an error without one); false: none."""
+    if setting == "auto":
+        return bos_id
+    if setting and bos_token_id is None:
+        raise PitError(f"tokenizer {name!r} bos_per_window true: the tokenizer has no BOS token; expected one")
+    return bos_token_id if setting else None
 
 
 def train_bpe(manifest_path: str | os.PathLike, spec: dict[str, Any]):
@@ -161,11 +182,17 @@ def _training_sample(manifest_path, spec: dict[str, Any]) -> Iterator[str]:
 
 
 def save_tokenizer(
-    tokenizer, out: str | os.PathLike, meta: dict[str, Any], specials: dict[str, str] | None = None, bos_id=None
+    tokenizer,
+    out: str | os.PathLike,
+    meta: dict[str, Any],
+    specials: dict[str, str] | None = None,
+    bos_id=None,
+    window_bos=None,
 ) -> dict[str, Any]:
     """Save `tokenizer` (a `tokenizers.Tokenizer`) as an AutoTokenizer folder with meta.json, atomically.
     `specials`: its eos/bos/unk token strings (default: all three `<|endoftext|>`); `bos_id`: the BOS id the data
-    stage writes before every document (recorded only when there is one)."""
+    stage writes before every document; `window_bos`: the id every window starts with (`window_bos_id`); each
+    recorded only when there is one."""
     from transformers import PreTrainedTokenizerFast
 
     specials = specials or {"eos_token": EOS, "bos_token": EOS, "unk_token": EOS}
@@ -183,6 +210,8 @@ def save_tokenizer(
         }
         if bos_id is not None:  # (absent otherwise: the meta of GPT-2's and the trained BPEs is unchanged)
             meta["bos_id"] = bos_id
+        if window_bos is not None:
+            meta["window_bos_id"] = window_bos
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
 
@@ -196,8 +225,9 @@ def build_tokenizer(
     if spec["kind"] == "gpt2":
         return save_tokenizer(gpt2_tokenizer(spec["source"]), out, meta)
     if spec["kind"] == "checkpoint":
-        tokenizer, specials, bos_id = _checkpoint_specials(spec["source"])
-        return save_tokenizer(tokenizer, out, meta, specials, bos_id)
+        tokenizer, specials, bos_id, bos_token_id = _checkpoint_specials(spec["source"])
+        window = window_bos_id(name, spec.get("bos_per_window", "auto"), bos_id, bos_token_id)
+        return save_tokenizer(tokenizer, out, meta, specials, bos_id, window)
     if corpus is None:
         raise PitError(f"tokenizer {name!r} is a trained BPE: pass --corpus with the corpus manifest")
     meta["corpus_manifest_sha256"] = read_manifest(corpus)["manifest_sha256"]

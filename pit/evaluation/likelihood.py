@@ -30,7 +30,8 @@ def model_context(model) -> int | None:
 
 def encode_pair(tokenizer, prompt: str, reference: str, context: int | None) -> tuple[list[int], int, bool, bool]:
     """([BOS +] prompt + reference token ids, prompt tokens kept, prompt truncated?, reference truncated?); a BOS
-    that the tokenizer puts before every text (Llama's, Gemma's) is the prompt's first token."""
+    that the tokenizer puts before every text (Llama's, Gemma's) is the prompt's first token, also where the prompt
+    loses its beginning (the BOS stays, the tokens after it go)."""
     bos = bos_prefix(tokenizer)
     p = bos + tokenizer(prompt, add_special_tokens=False)["input_ids"]
     r = tokenizer(reference, add_special_tokens=False)["input_ids"]
@@ -41,7 +42,8 @@ def encode_pair(tokenizer, prompt: str, reference: str, context: int | None) -> 
     ref_cut = context is not None and len(r) > context - 1
     r = r[: context - 1] if ref_cut else r
     keep = len(p) if context is None else min(len(p), context - len(r))
-    return p[len(p) - keep :] + r, keep, keep < len(p), ref_cut
+    kept = p[len(p) - keep :] if keep == len(p) or not bos else bos + p[len(p) - keep + len(bos) :]
+    return kept + r, keep, keep < len(p), ref_cut
 
 
 def _batches(encoded: list[tuple[list[int], int]], batch_size: int):

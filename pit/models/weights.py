@@ -1,14 +1,15 @@
 """The weights of a checkpoint folder against the model its config.json describes: every tensor the config
-implies is there with its shape, and no other (`check_weights`). `from_pretrained` would fill a missing tensor
-with fresh random values and drop an unexpected one, silently; pit.models.checkpoint.load_model and
-pit.models.teacher.load_teacher check first. Only headers are read; the expected model is built on the meta
-device (no memory, no initialisation).
+implies is there with its shape, and no other (`check_weights`), under the names `from_pretrained` gives the
+file's tensors (transformers renames some on load: a GPT-NeoX file's `embed_out` is the model's `lm_head`).
+`from_pretrained` would fill a missing tensor with fresh random values and drop an unexpected one, silently;
+pit.models.checkpoint.load_model and pit.models.teacher.load_teacher check first. Only headers are read; the
+expected model is built on the meta device (no memory, no initialisation).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -44,6 +45,17 @@ class Expected:
     tied: list[list[str]]
     may_lack: list[str]
     may_add: list[str]
+    renames: list = field(default_factory=list)  # transformers' WeightRenaming of the class (checkpoint -> model)
+
+    def loaded_name(self, name: str) -> str:
+        """The model's name of a checkpoint tensor, as `from_pretrained` renames it: the renamings transformers
+        registers for the architecture (GPT-NeoX's `embed_out` -> `lm_head`, legacy gamma/beta), applied in order."""
+        if not self.renames:
+            return name
+        from transformers.core_model_loading import rename_source_key
+
+        renamed, _ = rename_source_key(name, self.renames, [])
+        return renamed if renamed in self.shapes or name not in self.shapes else name
 
 
 def expected_weights(path: str | Path) -> Expected:
@@ -55,6 +67,10 @@ def expected_weights(path: str | Path) -> Expected:
     except (OSError, TypeError, ValueError, KeyError, RuntimeError) as err:
         raise PitError(f"checkpoint {str(path)!r}: config.json does not describe a model: {err}") from None
     state = model.state_dict(keep_vars=True)
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightRenaming
+
+    renames = [t for t in get_model_conversion_mapping(model) if isinstance(t, WeightRenaming)]
     groups: dict[int, list[str]] = {}
     for name, tensor in state.items():
         groups.setdefault(id(tensor), []).append(name)
@@ -63,6 +79,7 @@ def expected_weights(path: str | Path) -> Expected:
         tied=[g for g in groups.values() if len(g) > 1],
         may_lack=list(getattr(model, "_keys_to_ignore_on_load_missing", None) or []),
         may_add=list(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or []),
+        renames=renames,
     )
 
 
@@ -81,6 +98,7 @@ def check_weights(path: str | Path, shapes: dict[str, tuple[int, ...]] | None = 
     has) or a changed interface kind is a PitError naming the tensors. Tied tensors saved once are fine."""
     shapes = tensor_shapes(path) if shapes is None else shapes
     want = expected_weights(path)
+    shapes = {want.loaded_name(name): shape for name, shape in shapes.items()}  # as from_pretrained reads them
     expected = want.shapes
     saved_once = {name for group in want.tied if any(n in shapes for n in group) for name in group}
     missing = sorted(n for n in expected if n not in shapes and n not in saved_once and not _matches(n, want.may_lack))

@@ -29,6 +29,12 @@ def corpus_manifest(corpus: str) -> str:
     return f"resources/corpus/{corpus}/manifest.json"
 
 
+def materialized_teacher(slot: str) -> str:
+    """The folder a teacher slot declared as a GGUF model (`gguf:`) is materialised into: resources/teachers/<slot>
+    (an input the pipeline brings in, beside the corpus; `pit teacher materialize`)."""
+    return f"resources/teachers/{slot}"
+
+
 def tokenizer_dir(tokenizer: str) -> str:
     return f"{RESULTS_ROOT}/tokenizers/{tokenizer}"
 

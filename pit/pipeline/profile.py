@@ -10,6 +10,7 @@ from pit.pipeline.layout import (
     diagnostics_file,
     final_model,
     lora_file,
+    materialized_teacher,
     run_file,
     stand_in_file,
     table_stem,
@@ -48,6 +49,7 @@ class Profile:
         self.teacher_slots = list(self.pretrain["teacher_slots"])
         self.scratch_slots = list(self.pretrain["scratch_slots"])
         self.stand_in_slots = [s for s in self.teacher_slots if "stand_in" in self.pretrain["teacher_slots"][s]]
+        self.gguf_slots = [s for s in self.teacher_slots if "gguf" in self.pretrain["teacher_slots"][s]]
         self.interfaces = list(self.pretrain["interfaces"])
         self.modes = {"teacher": self.teacher_slots, "scratch": self.scratch_slots}
         # more arms of each mode's slots: name -> {`interface` overrides (PIT arms), train, seeds}; an entry named
@@ -77,7 +79,7 @@ class Profile:
 
     def problems(self) -> list[tuple[list, str]]:
         """(config keys, what is wrong) of every check across keys, in the order they are reported."""
-        return self._arm_problems() + self._seed_and_slot_problems()
+        return self._arm_problems() + self._seed_and_slot_problems() + self._tokenizer_problems()
 
     def _arm_problems(self) -> list[tuple[list, str]]:
         """An arm's kind is one of pretrain.interfaces; interface settings only in extra PIT arms; posttrain's arms
@@ -128,14 +130,6 @@ class Profile:
             if name is not None and name not in self.domains
         ]
         found += [
-            (
-                ["pretrain", "teacher_slots", slot, "tokenizer"],
-                f"{e['tokenizer']!r}: not one of {self.tokenizers}",
-            )
-            for slot, e in slots.get("teacher", {}).items()
-            if e.get("tokenizer") is not None and e["tokenizer"] not in self.tokenizers
-        ]
-        found += [
             (["pretrain", f"{m}_slots", slot, "arms"], f"{extra}: not an arm of {m} mode ({self.mode_arms[m]})")
             for m in self.modes
             for slot, e in slots[m].items()
@@ -147,6 +141,24 @@ class Profile:
             for slot, e in slots[m].items()
             if e.get("sweep_of") is not None and e["sweep_of"] not in s
         ]
+        return found
+
+    def _tokenizer_problems(self) -> list[tuple[list, str]]:
+        """A `teacher` tokenizer names a teacher slot with its own checkpoint (`teacher` or `gguf`, not a stand-in:
+        the stand-in is trained on the teacher tokenizer's data); a slot's `tokenizer` is one of `tokenizers`."""
+        found = []
+        for name in self.tokenizers_of_kind("teacher"):
+            slot = self.config["tokenizers"][name]["slot"]
+            own = [s for s in self.teacher_slots if s not in self.stand_in_slots]
+            if slot not in own:
+                why = f"not a teacher slot with its own checkpoint (teacher or gguf; expected one of {own})"
+                found.append((["tokenizers", name, "slot"], f"{slot!r}: {why}"))
+        for slot in self.teacher_slots:
+            name = self.slot_entry("teacher", slot).get("tokenizer")
+            if name is not None and name not in self.tokenizers:
+                found.append(
+                    (["pretrain", "teacher_slots", slot, "tokenizer"], f"{name!r}: not one of {self.tokenizers}")
+                )
         return found
 
     # --- Runs ---------------------------------------------------------------------------------------------
@@ -199,11 +211,23 @@ class Profile:
     def tokenizers_of_kind(self, kind: str) -> list[str]:
         return [name for name in self.tokenizers if self.config["tokenizers"][name]["kind"] == kind]
 
+    def tokenizer_spec(self, name: str) -> dict:
+        """What `pit data tokenizer` gets for a tokenizer: its entry, where a `teacher` tokenizer (the native
+        tokenizer of a teacher slot) becomes the `checkpoint` tokenizer of the slot's teacher folder."""
+        spec = dict(self.config["tokenizers"][name])
+        if spec["kind"] == "teacher":
+            spec.update(kind="checkpoint", source=self.teacher_source(spec.pop("slot")))
+        return spec
+
     def tokenizer_source_files(self, name: str) -> list[str]:
-        """The tokenizer files of a tokenizer's `source` where that is a local checkpoint folder (the copy's
-        inputs: a changed file reruns the copy and the token files made with it); none for GPT-2's package files, a
+        """The inputs of a tokenizer's copy: the teacher folder a `teacher` tokenizer reads where the pipeline
+        materialises it (a GGUF slot); else the tokenizer files of its `source` where that is a local checkpoint
+        folder (a changed file reruns the copy and the token files made with it); none for GPT-2's package files, a
         hub id, or a trained BPE."""
-        source = self.config["tokenizers"][name].get("source")
+        entry = self.config["tokenizers"][name]
+        if entry["kind"] == "teacher" and entry["slot"] in self.gguf_slots:
+            return [materialized_teacher(entry["slot"])]
+        source = self.tokenizer_spec(name).get("source")
         if not isinstance(source, str) or source == "package" or not Path(source).is_dir():
             return []
         return [str(path) for f in TOKENIZER_SOURCE_FILES if (path := Path(source) / f).is_file()]
@@ -223,20 +247,23 @@ class Profile:
         return files + [token_file(t, s, d) for t, d in sorted(used, key=str) if d is not None for s in SPLITS]
 
     def val_tokens(self, mode: str, slot: str | None = None) -> str:
-        """The validation token file of a mode's runs (in `slot`)."""
+        """The validation token file of a mode's runs (of one slot's runs: a teacher slot may have its own)."""
         tokenizer, domain = self.role_data(mode, slot)
         return token_file(tokenizer, "val", domain)
 
     def run_inputs(self, role: str, slot: str | None = None) -> dict[str, str]:
-        """A training run's data: the train and val token files of its role (in `slot`) and the tokenizer folder."""
+        """A training run's data: the train and val token files of its role (and slot) and the tokenizer folder."""
         tokenizer, domain = self.role_data(role, slot)
         inputs = {split: token_file(tokenizer, split, domain) for split in SPLITS}
         return {**inputs, "tokenizer": tokenizer_dir(tokenizer)}
 
     def teacher_source(self, slot: str) -> str:
-        """A slot's teacher: the final checkpoint of its stand-in, or a hub id / local folder."""
+        """A slot's teacher: the final checkpoint of its stand-in, the folder its GGUF model is materialised
+        into, or a hub id / local folder."""
         entry = self.pretrain["teacher_slots"][slot]
-        return stand_in_file(slot, "final") if "stand_in" in entry else entry["teacher"]
+        if "stand_in" in entry:
+            return stand_in_file(slot, "final")
+        return materialized_teacher(slot) if "gguf" in entry else entry["teacher"]
 
     def run_summaries(self) -> list[str]:
         """The summary.json of every pretraining arm: the pretraining stage's final outputs."""

@@ -38,6 +38,8 @@ def slot_model(mode: str, entry: dict) -> tuple[str, str]:
         return entry["model"], "trained from scratch"
     if "stand_in" in entry:
         return entry["stand_in"], "a GPT-2 stand-in teacher pretrained by this pipeline"
+    if "gguf" in entry:
+        return entry["gguf"], "a real pretrained model, dequantised from its 4-bit GGUF release"
     return entry["teacher"], "the teacher checkpoint"
 
 

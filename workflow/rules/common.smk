@@ -44,6 +44,7 @@ from pit.pipeline.jobs import working_directory_problem
 from pit.pipeline.layout import DIAGNOSTICS_ROOT, FIGURES_DIR, MLFLOW_SUMMARY_FILE, POSTTRAIN_ROOT, PRETRAIN_ROOT
 from pit.pipeline.layout import REPORT_FILE, RESULTS_ROOT, STAND_IN_ROOT, TABLES_DIR, diagnostics_file, figure_file
 from pit.pipeline.layout import final_model, log_path, lora_dir, lora_file, run_dir, run_file, run_log, stand_in_dir
+from pit.pipeline.layout import materialized_teacher
 from pit.pipeline.layout import stand_in_file, table_stem, token_file, token_sidecar, tokenizer_dir
 from pit.pipeline.profile import CLAIM_GROUPS, LOSS_FIGURES, SPLITS
 from pit.reporting.captions import caption_name
@@ -77,18 +78,20 @@ ENV = "../envs/pit.yaml"  # conda env of every rule (paths in rules are relative
 # The profile's names (pit/pipeline/profile.py) and spec builders (pit/pipeline/specs.py), as the rules use them.
 PROFILE, CORPUS, TOKENIZERS, PRETRAIN, POST, SEEDS = P.name, P.corpus, P.tokenizers, P.pretrain, P.post, P.seeds
 TEACHER_SLOTS, SCRATCH_SLOTS, STAND_IN_SLOTS, MODES = P.teacher_slots, P.scratch_slots, P.stand_in_slots, P.modes
+GGUF_SLOTS = P.gguf_slots  # teacher slots declared as a GGUF model: materialised in the data stage
 INTERFACES, ARMS, LORA_TASKS, FRONTIER_LRS, DOMAINS = P.interfaces, P.arms, P.lora_tasks, P.frontier_lrs, P.domains
 TABLES, FIGURES, STUDY_FIGURES = P.tables, P.figures, P.study_figures
 PRETRAIN_RES = PRETRAIN["resources"]  # threads, gpus, mem_mb, runtime (partition) of training and diagnostics jobs
 POST_RES = POST["resources"]  # ... of the LoRA and evaluation jobs
 # One run of an arm, as rule wildcards: (mode, slot, interface, seed); seed None without `seeds` (today's paths).
 RUN = ("{mode}", "{slot}", "{interface}", "{seed}" if SEEDS else None)
-tokenizers_of_kind, tokenizer_source_files, token_files, val_tokens, run_inputs = (
+tokenizers_of_kind, tokenizer_source_files, token_files, val_tokens, run_inputs, tokenizer_spec = (
     P.tokenizers_of_kind,
     P.tokenizer_source_files,
     P.token_files,
     P.val_tokens,
     P.run_inputs,
+    P.tokenizer_spec,
 )
 teacher_source, run_summaries, transition_runs = P.teacher_source, P.run_summaries, P.transition_runs
 diagnostics_files, posttrain_outputs, table_files = P.diagnostics_files, P.posttrain_outputs, P.table_files
@@ -129,11 +132,24 @@ def run_of(wildcards):
 
 
 def pretrain_inputs(wildcards):
-    """Inputs of one pretraining arm: its data, and the stand-in teacher the pipeline trains first."""
-    inputs = run_inputs(wildcards.mode, wildcards.slot)
-    if wildcards.mode == "teacher" and wildcards.slot in STAND_IN_SLOTS:
+    """Inputs of one pretraining arm: its data, and the teacher the pipeline makes first (a stand-in it trains, or
+    a GGUF model it materialises)."""
+    inputs = run_inputs(wildcards.mode, wildcards.slot if wildcards.mode == "teacher" else None)
+    if wildcards.mode == "teacher" and wildcards.slot in STAND_IN_SLOTS + GGUF_SLOTS:
         inputs["teacher"] = teacher_source(wildcards.slot)
     return inputs
+
+
+def gguf_file_input(slot):
+    """A GGUF slot's input: its .gguf file where `gguf` is a path (a changed file remakes the folder); none for a
+    packaged model (its package's version is pinned, its sha256 checked)."""
+    source = PRETRAIN["teacher_slots"][slot]["gguf"]
+    return [source] if source.endswith(".gguf") else []
+
+
+def run_val_tokens(wildcards):
+    """The validation token file of one run (a teacher slot may read its own tokenizer's)."""
+    return val_tokens(wildcards.mode, wildcards.slot if wildcards.mode == "teacher" else None)
 
 
 def merged_output(path):

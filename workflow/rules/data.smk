@@ -14,6 +14,24 @@ rule download_corpus:
         logged("pit data download --spec {params.spec} --out {output}")
 
 
+rule materialize_teacher:
+    """A teacher slot declared as a GGUF model (`gguf:`): its teacher folder, made once (docs/any-model.md)."""
+    input:
+        lambda wc: gguf_file_input(wc.slot),
+    output:
+        directory(materialized_teacher("{slot}")),
+    log:
+        log_path("data", "teacher_{slot}"),
+    wildcard_constraints:
+        slot=name_pattern(GGUF_SLOTS),
+    conda:
+        ENV
+    params:
+        source=lambda wc: PRETRAIN["teacher_slots"][wc.slot]["gguf"],
+    shell:
+        logged("pit teacher materialize {params.source:q} --out {output}")
+
+
 rule copy_tokenizer:
     input:
         lambda wc: tokenizer_source_files(wc.tokenizer),
@@ -22,11 +40,13 @@ rule copy_tokenizer:
     log:
         log_path("data", "tokenizer_{tokenizer}"),
     wildcard_constraints:
-        tokenizer=name_pattern(tokenizers_of_kind("gpt2") + tokenizers_of_kind("checkpoint")),
+        tokenizer=name_pattern(
+            tokenizers_of_kind("gpt2") + tokenizers_of_kind("checkpoint") + tokenizers_of_kind("teacher")
+        ),
     conda:
         ENV
     params:
-        spec=lambda wc: json_arg(config["tokenizers"][wc.tokenizer]),
+        spec=lambda wc: json_arg(tokenizer_spec(wc.tokenizer)),
     shell:
         logged("pit data tokenizer --name {wildcards.tokenizer} --spec {params.spec} --out {output}")
 
@@ -95,6 +115,7 @@ rule tokenize_domain:
 
 
 rule data:
-    """Target: the data stage only (`snakemake --cores all data`)."""
+    """Target: the data stage only (`snakemake --cores all data`): the token files and the materialised teachers."""
     input:
         token_files(),
+        [materialized_teacher(slot) for slot in GGUF_SLOTS],

@@ -4,7 +4,7 @@
 rule diagnose:
     input:
         model=final_model(RUN),
-        val=lambda wc: val_tokens(wc.mode, wc.slot),
+        val=run_val_tokens,
     output:
         diagnostics_file(RUN),
     log:

@@ -13,7 +13,7 @@ docs/posttraining.md describes every setting.
 rule lora:
     input:
         base=final_model(RUN),
-        val=lambda wc: val_tokens(wc.mode, wc.slot),
+        val=run_val_tokens,
     output:
         **({"frontier": lora_file(RUN, "{task}", "frontier.json")} if FRONTIER_LRS else {}),
         summary=lora_file(RUN, "{task}", "summary.json"),
