@@ -67,7 +67,9 @@ def rounding_costs(model, batch: torch.Tensor) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     ap.add_argument("teacher")
     ap.add_argument("val_tokens")
     ap.add_argument("--windows", type=int, default=4)
