@@ -78,6 +78,11 @@ def stand_in_file(slot: str, name: str) -> str:
     return f"{stand_in_dir(slot)}/{name}"
 
 
+def teacher_eval_dir(slot: str) -> str:
+    """The scores of a real teacher slot's own checkpoint (before any continued pretraining)."""
+    return f"{STAND_IN_ROOT}/{slot}/eval"
+
+
 def diagnostics_file(run: tuple) -> str:
     return f"{DIAGNOSTICS_ROOT}/{run_path(run)}/diagnostics.json"
 

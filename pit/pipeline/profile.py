@@ -15,6 +15,7 @@ from pit.pipeline.layout import (
     stand_in_file,
     table_stem,
     token_file,
+    teacher_eval_dir,
     tokenizer_dir,
 )
 
@@ -270,10 +271,12 @@ class Profile:
         return [run_file(run, "summary.json") for run in self.pretrain_runs()]
 
     def transition_runs(self) -> list[str]:
-        """The final checkpoints the Figure 2-style trace compares: the transition slot's scratch arms (a seeded
-        profile traces its first seed)."""
+        """The final checkpoints the Figure 2-style trace compares: the transition slot's arms of `interfaces` (a
+        scratch or a teacher slot; a seeded profile traces its first seed)."""
         seed = self.seeds[0] if self.seeds else None
-        return [final_model(("scratch", self.config["report"]["transition_slot"], i, seed)) for i in self.interfaces]
+        slot = self.config["report"]["transition_slot"]
+        mode = "scratch" if slot in self.scratch_slots else "teacher"
+        return [final_model((mode, slot, i, seed)) for i in self.interfaces]
 
     # --- Final outputs of the stages ----------------------------------------------------------------------
 
@@ -281,9 +284,15 @@ class Profile:
         return [diagnostics_file(run) for run in self.diagnosed_runs()]
 
     def posttrain_outputs(self) -> list[str]:
-        """Every LoRA run's evaluations and side effects: the post-training stage's final outputs."""
+        """Every LoRA run's evaluations and side effects, and the scores of the real teachers (GGUF slots) on the
+        same sets: the post-training stage's final outputs."""
         leaves = ("eval", "base", "side_effects.json")
-        return [lora_file(run, t, leaf) for run in self.posttrain_runs() for t in self.lora_tasks for leaf in leaves]
+        runs = [lora_file(run, t, leaf) for run in self.posttrain_runs() for t in self.lora_tasks for leaf in leaves]
+        return runs + [teacher_eval_dir(slot) for slot in self.gguf_slots]
+
+    def evaluated_tasks(self) -> list[str]:
+        """Every task `pit evaluate` scores: the LoRA tasks and their out-of-domain sets, in order."""
+        return list(dict.fromkeys(t for task in self.lora_tasks for t in [task, *self.post["tasks"][task]]))
 
     def table_files(self) -> list[str]:
         """The Markdown file of every table."""

@@ -127,7 +127,8 @@ def evaluate_tasks(p: Profile, task: str) -> str:
 
 def evaluate_spec(p: Profile, run: tuple, task: str) -> dict:
     """`pit evaluate` of one LoRA run and its base; with MLflow on, the scores are one run
-    eval-<task>-<mode>-<slot>-<interface>[-s<seed>] in the profile's experiment."""
+    eval-<task>-<mode>-<slot>-<interface>[-s<seed>] in the profile's experiment. A real teacher's own scores: the run
+    (teacher, <slot>, teacher, None), named eval-<tasks>-teacher-<slot>-teacher."""
     spec = {"source": p.post["data_source"], **p.post["evaluate"]}
     mlflow = p.config["mlflow"]
     if mlflow["enabled"]:
@@ -146,6 +147,11 @@ def evaluate_spec(p: Profile, run: tuple, task: str) -> dict:
             tags=seed_settings(run, tags)["tags"],
         )
     return spec
+
+
+def teacher_evaluate_spec(p: Profile, slot: str) -> dict:
+    """`pit evaluate` of a real teacher's own checkpoint on every evaluated task."""
+    return evaluate_spec(p, ("teacher", slot, "teacher", None), "-".join(p.evaluated_tasks()))
 
 
 # --- Every resolved spec, checked by pit's own run arguments ------------------------------------------------

@@ -45,7 +45,7 @@ from pit.pipeline.layout import DIAGNOSTICS_ROOT, FIGURES_DIR, MLFLOW_SUMMARY_FI
 from pit.pipeline.layout import REPORT_FILE, RESULTS_ROOT, STAND_IN_ROOT, TABLES_DIR, diagnostics_file, figure_file
 from pit.pipeline.layout import final_model, log_path, lora_dir, lora_file, run_dir, run_file, run_log, stand_in_dir
 from pit.pipeline.layout import materialized_teacher
-from pit.pipeline.layout import stand_in_file, table_stem, token_file, token_sidecar, tokenizer_dir
+from pit.pipeline.layout import stand_in_file, table_stem, teacher_eval_dir, token_file, token_sidecar, tokenizer_dir
 from pit.pipeline.profile import CLAIM_GROUPS, LOSS_FIGURES, SPLITS
 from pit.reporting.captions import caption_name
 
@@ -102,6 +102,7 @@ stand_in_spec, diagnose_spec, lora_spec = (
     partial(f, P) for f in (specs.stand_in_spec, specs.diagnose_spec, specs.lora_spec)
 )
 evaluate_spec, evaluate_tasks = partial(specs.evaluate_spec, P), partial(specs.evaluate_tasks, P)
+teacher_evaluate_spec, EVALUATED_TASKS = partial(specs.teacher_evaluate_spec, P), P.evaluated_tasks()
 
 
 # The domain of every wildcard, for all rules. Two places narrow it further, because there the value

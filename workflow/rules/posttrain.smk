@@ -60,6 +60,30 @@ rule evaluate:
         )
 
 
+rule evaluate_teacher:
+    """A real teacher's own checkpoint (a GGUF slot, before any continued pretraining) on every evaluated task."""
+    input:
+        model=lambda wc: teacher_source(wc.slot),
+    output:
+        directory(teacher_eval_dir("{slot}")),
+    log:
+        log_path("posttrain", "evaluate_teacher_{slot}"),
+    wildcard_constraints:
+        slot=name_pattern(GGUF_SLOTS),
+    conda:
+        ENV
+    threads: POST_RES["threads"]
+    resources:
+        **job_resources(POST_RES),
+    params:
+        tasks=" ".join(EVALUATED_TASKS),
+        spec=lambda wc: json_arg(teacher_evaluate_spec(wc.slot)),
+    shell:
+        logged(
+            "pit evaluate {params.tasks} --model {input.model} --out-dir {output} --label teacher --spec {params.spec}"
+        )
+
+
 rule posttrain_all:
     """Target: every LoRA run and its evaluations (`snakemake --cores all posttrain_all`)."""
     input:
