@@ -17,7 +17,7 @@ import math
 import sys
 from pathlib import Path
 
-from pit.commands.common import add_spec_argument, merge_spec, read_spec
+from pit.commands.common import add_spec_argument, check_outputs, merge_spec, read_spec, spec_path
 from pit.errors import PitError
 from pit.evaluation import evaluate as ev
 from pit.evaluation.evaluate import TASKS
@@ -108,6 +108,16 @@ def check_bounds(args) -> None:
             raise PitError(f"--{key.replace('_', '-')} {value}: expected a finite number {want}")
 
 
+def check_evaluate_outputs(args) -> None:
+    """The output rule (pit.io.check_output) for every file `pit evaluate` writes, against what it reads."""
+    outputs = list(args.out_dir or [])
+    if args.out is not None:
+        out = Path(args.out)
+        outputs += [out, out.with_suffix(".samples.jsonl"), ev.lm_eval_path(out)]
+    data = args.source if args.source not in ("offline", "hub") else None
+    check_outputs(outputs, args.model, args.tokenizer, args.samples, data, spec_path(args.spec))
+
+
 def announce_standins(tasks, command: str) -> None:
     """One stderr line per task that runs on offline stand-in data (pit/evaluation/standins.py)."""
     for task in tasks:
@@ -124,6 +134,7 @@ def run(args) -> int:
     merge_spec(args, read_spec(args.spec), {**{key: default for key, (_, default, _) in SETTINGS.items()}, "tags": {}})
     check_types(args)
     check_args(args)
+    check_evaluate_outputs(args)
     resolve_device(args.device)  # a device this machine has, before any model loads
     tasks = ev.load_tasks(args.tasks, args.source, args.limit)  # data errors before the model loads
     announce_standins(tasks.values(), "pit evaluate")

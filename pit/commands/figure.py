@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pit.commands.common import check_outputs
 from pit.errors import PitError
 from pit.reporting import figures
 
@@ -30,6 +31,7 @@ def _check(args: argparse.Namespace) -> None:
 
 def cmd_figure(args: argparse.Namespace) -> int:
     _check(args)
+    check_outputs([args.out, args.out_dir], args.runs, args.checkpoint)
     if args.name == "claims":  # one PNG per group of claims
         for png in figures.claims(Path(args.runs), Path(args.out_dir), args.profile, study=args.study):
             print(f"claims: {png}")

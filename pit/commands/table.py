@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pit.commands.common import check_outputs
 from pit.errors import PitError
 from pit.io import write_text
 from pit.reporting import study_tables
@@ -27,6 +28,9 @@ def cmd_table(args: argparse.Namespace) -> int:
     if name != "table3" and not args.runs:
         raise PitError(f"{name} reads run folders: pass --runs <root of <mode>/<slot>/<interface>/>")
     notes = list(args.note or [])
+    stem = Path(args.out)
+    outputs = [stem.with_suffix(s) for s in (".md", ".csv", ".tex", ".json", ".html", ".sha256")]
+    check_outputs([*outputs, f"{args.out}_seeds.csv"], args.runs)
     if name in ("claims", *study_tables.BUILDERS) and not any(
         (Path(args.runs) / stage).is_dir() for stage in ("pretrain", "diagnostics", "posttrain")
     ):

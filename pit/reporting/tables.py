@@ -8,6 +8,7 @@ pit/reporting/paper_values.yaml (cited to table and row). Runs are found by thei
 from __future__ import annotations
 
 import html
+import json
 import math
 import re
 from pathlib import Path
@@ -502,6 +503,20 @@ def table_html(shown: pd.DataFrame, caption: str, notes: list[str]) -> str:
     )
 
 
+SIDECAR_KEYS = {"table", "caption", "profile", "columns", "notes"}
+
+
+def table_files_owned(out_stem: str | Path) -> bool:
+    """Whether the files <stem>.* are a table set `write_table` made (pit.io's output rule): its <stem>.json is a
+    table's sidecar. The set's other files vary with the profile and settings, so they are known by it."""
+    sidecar = Path(out_stem).with_suffix(".json")
+    try:
+        record = json.loads(sidecar.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and set(record) == SIDECAR_KEYS
+
+
 def write_table(df: pd.DataFrame, out_stem: str | Path, name: str, profile: str, notes: list[str] = ()) -> None:
     """Write <stem>.csv (a plain table: header row, then values; numbers unformatted, runtimes in seconds),
     <stem>.json (caption, profile, notes, each column's type and unit), and for people <stem>.md, <stem>.tex and
@@ -526,4 +541,4 @@ def write_table(df: pd.DataFrame, out_stem: str | Path, name: str, profile: str,
         out_stem.with_suffix(".json"): json_text(table_sidecar(df, name, profile, notes)),
         out_stem.with_suffix(".html"): table_html(shown, caption, list(notes)),
     }
-    write_file_set(texts, table_manifest(out_stem))
+    write_file_set(texts, table_manifest(out_stem), replaces=lambda old: table_files_owned(out_stem))

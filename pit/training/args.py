@@ -250,6 +250,7 @@ class RunArgs:
     """{tracking_uri, experiment, enabled} (docs/reproducibility.md)."""
 
     label = "run config"  # the prefix of every error message about these arguments (class attributes, not fields)
+    input_fields = ()  # the fields that name the files and folders a run reads (`input_paths`)
     fingerprint_excludes = ("threads", "stop_after_steps", "run_name", "tags", "mlflow")  # not the trajectory
     # fields no profile sets: the workflow sets them for each run (pit/pipeline/specs.py), or only the command line
     not_profile_keys = ("run_name", "tags", "mlflow", "threads", "stop_after_steps")
@@ -276,6 +277,12 @@ class RunArgs:
                 ("warmup_steps", "max_steps"),
             ),
         ]
+
+    def input_paths(self) -> dict[str, str]:
+        """{field: path} of the `input_fields` that name an existing file or folder (a scratch model's name, a
+        hub id or 'offline' is none): what a run reads, fixed at its start (pit/training/run_folder.py)."""
+        values = {name: getattr(self, name) for name in self.input_fields}
+        return {name: v for name, v in values.items() if isinstance(v, str) and v and Path(v).exists()}
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -363,6 +370,7 @@ class PretrainArgs(RunArgs):
     divergence is the outcome measured)."""
 
     label = "train config"
+    input_fields = ("train_data", "val_data", "tokenizer", "model")  # model: a teacher folder (teacher mode)
     not_profile_keys = RunArgs.not_profile_keys + (
         "mode", "model", "train_data", "val_data", "tokenizer", "interface", "seq_len",
     )  # fmt: skip
@@ -471,6 +479,7 @@ class LoraArgs(RunArgs):
     """The first N problems of the task's test split the frontier's gains are measured on (None: all)."""
 
     label = "lora config"
+    input_fields = ("base", "val_data", "source")  # source: a task data file (else 'offline' or 'hub')
     not_profile_keys = RunArgs.not_profile_keys + (
         "base", "task", "source", "val_data", "side_effect_seq_len",
         "frontier_lrs", "frontier_eval_limit",  # posttrain.frontier_lrs, posttrain.evaluate.limit
