@@ -237,12 +237,52 @@ def test_checkpoints_that_read_fine_but_hold_other_bytes_are_damaged(tiny_data, 
     weights[5].write_bytes(weights[3].read_bytes())  # another step's weights
     tensors = load_file(weights[4])
     save_file(dict(list(tensors.items())[1:]), weights[4])  # one tensor fewer
+    tensors = load_file(weights[3])  # a NaN weight, and the checksums that would tell deleted (issue 58)
+    name = next(iter(tensors))
+    tensors[name].view(-1)[0] = float("nan")
+    save_file(tensors, weights[3])
+    (ckpts / "step-000003/checksums.sha256").unlink()
     with caplog.at_level(logging.WARNING, logger="pit.training"):
         train(PretrainArgs.from_dict(s), run)
-    for bad in ("step-000006", "step-000005", "step-000004"):
+    for bad in ("step-000006", "step-000005", "step-000004", "step-000003"):
         assert f"checkpoint {ckpts / bad} is damaged" in caplog.text, caplog.text
-    assert "falling back to step-000003" in caplog.text
+    assert "no checksums.sha256: its files cannot be verified" in caplog.text
+    assert "falling back to step-000002" in caplog.text
     assert losses(run) == losses(ref) and same_weights(run / "final", ref / "final")
+
+
+def test_training_data_changed_under_a_stopped_run_is_refused_naming_the_file(tiny_data, tmp_path):
+    """Issue 58: token files replaced under a stopped run (same length, other ids) were not noticed: the run resumed
+    on two data sets and run.json's train_data_sha256 became the new file's. Its inputs are fixed at its start."""
+    data = tmp_path / "data"
+    shutil.copytree(Path(tiny_data["bpe2k"]["train"]).parent, data)
+    s = spec(tiny_data, train_data=str(data / "train.bin"), checkpoint_every=2)
+    run = tmp_path / "run"
+    assert train(PretrainArgs.from_dict(s | {"stop_after_steps": 4}), run) == {}
+    recorded = json.loads((run / "run.json").read_text())["params"]["train_data_sha256"]
+    before = snapshot(run)
+    tokens = (data / "train.bin").read_bytes()
+    (data / "train.bin").write_bytes(tokens[2:] + tokens[:2])  # same length and sidecar, other ids at each place
+    with pytest.raises(PitError, match="was trained on other inputs: train_data") as refused:
+        train(PretrainArgs.from_dict(s), run)
+    assert str(data / "train.bin") in str(refused.value) and recorded[:12] in str(refused.value)
+    assert "--overwrite" in str(refused.value) and snapshot(run) == before  # nothing deleted, run.json as it was
+
+
+def test_an_unfinished_run_with_other_settings_needs_overwrite(tiny_data, tmp_path, caplog):
+    """Issue 58: `pit train` onto an unfinished run's folder with other settings deleted its checkpoints and replaced
+    its metrics.jsonl with only a warning; like a finished one, it now needs --overwrite, which starts it over."""
+    s, run = spec(tiny_data, checkpoint_every=2), tmp_path / "run"
+    assert train(PretrainArgs.from_dict(s | {"stop_after_steps": 4}), run) == {}
+    before = snapshot(run)
+    other = PretrainArgs.from_dict(s | {"lr": 2e-3})
+    with pytest.raises(PitError, match="holds an unfinished run that cannot be continued: its checkpoint step-000004 "
+                       "belongs to a run with other settings"):  # fmt: skip
+        train(other, run)
+    assert snapshot(run) == before
+    with caplog.at_level(logging.WARNING, logger="pit.training"):
+        assert train(other, run, overwrite=True)["final_train_loss"] > 0
+    assert "starting the run over (--overwrite)" in caplog.text and len(losses(run)) == 8
 
 
 # --- one training, one MLflow run --------------------------------------------------------------------------------

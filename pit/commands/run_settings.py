@@ -80,7 +80,8 @@ def add_run_arguments(p: argparse.ArgumentParser, args_class) -> None:
         "--overwrite",
         action="store_true",
         help="replace a finished run with other settings in --out (the old result stays until the new one is "
-        "complete); without it such a folder is refused, and one that holds this run finished is left as it is",
+        "complete), or start over an unfinished one with other settings or changed inputs; without it such a folder "
+        "is refused, one that holds this run finished is left as it is, and this run unfinished is resumed",
     )
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = settings_help(args_class)
