@@ -243,6 +243,7 @@ def posttrain_runs(post_root: str | Path) -> list[dict]:
                 "seed": seed,
                 "lora": lora,
                 "standin": sorted({r["task"] for r in results if r.get("standin")}),
+                "sandbox": sorted({r.get("sandbox", "not recorded") for r in results if "pass@1" in r}),
                 "problems": {t: n for record in lora.values() for t, n in record["problems"].items()},
             }
         )
@@ -268,6 +269,7 @@ def _table4_scores_row(run: dict) -> dict:
             row[f"base_nll_{t}"] = r["base_nll"].get(t)
     row.update({f"problems_{t}": n for t, n in run["problems"].items()})
     row["standin_data"] = ", ".join(run["standin"]) or "none"
+    row["sandbox"] = ", ".join(run["sandbox"]) or "no code run"
     return row
 
 
@@ -360,6 +362,9 @@ TABLE_NOTES = {
         "prompts, in nats per reference token (pooled over the problems scored). Not a quantity of the paper. "
         "Sets in `standin_data` are offline stand-ins, not the real benchmarks; `problems_<task>` = problems "
         "scored in that set. One seed, no intervals.",
+        "`sandbox` = where the code tasks' samples ran (every result JSON records it): `bubblewrap` (namespaces, a "
+        "private file system), or `weak (opted in)` (no bubblewrap on that machine: the samples could read its "
+        "files, so a wrong program that reads the answers passes; docs/evaluation.md).",
     ],
     "table4_side_effects": [
         "`gain_<task>` = the in-domain score minus the base model's, in points; `nll_gain_<task>` = base minus "
