@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import glob
 import hashlib
 import json
@@ -321,6 +322,45 @@ def file_set_complete(manifest: str | os.PathLike) -> bool:
         if not path.is_file() or sha256_file(path) != digest:
             return False
     return True
+
+
+YAML_MAX_DEPTH = 100  # nesting of mappings and sequences a YAML input may have (a profile has 5)
+
+
+@functools.cache
+def yaml_loader(base=None):
+    """PyYAML's safe loader (or `base`, a subclass of it) that refuses, as a YAML error with its line and column
+    (pit.errors.yaml_error_text), what it would otherwise turn into a traceback later: nesting deeper than
+    YAML_MAX_DEPTH (PyYAML composes recursively: a RecursionError) and a recursive alias (`a: &x [*x]`, an object
+    that contains itself: "Circular reference detected" once it is serialised)."""
+    import yaml
+    from yaml.composer import ComposerError
+
+    class BoundedLoader(base or yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            event, open_anchors = self.peek_event(), self.__dict__.setdefault("_open_anchors", [])
+            if isinstance(event, yaml.AliasEvent):
+                if event.anchor in open_anchors:
+                    raise ComposerError(f"while composing the node &{event.anchor}", None,
+                                        f"found a recursive alias *{event.anchor} (a node that contains itself)",
+                                        event.start_mark)  # fmt: skip
+                return super().compose_node(parent, index)
+            if len(open_anchors) >= YAML_MAX_DEPTH:
+                raise ComposerError(None, None, f"nested deeper than {YAML_MAX_DEPTH} levels", event.start_mark)
+            open_anchors.append(getattr(event, "anchor", None))
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                open_anchors.pop()
+
+    return BoundedLoader
+
+
+def load_yaml(text: str, loader=None):
+    """`text` read by `yaml_loader(loader)`; its errors are PyYAML's (yaml.YAMLError), with their marks."""
+    import yaml
+
+    return yaml.load(text, Loader=yaml_loader(loader))
 
 
 def read_json(path):

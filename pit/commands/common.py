@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pit.errors import PitError, yaml_error_text
-from pit.io import check_output
+from pit.io import check_output, load_yaml
 
 
 def _read_file(value: str, flag: str, what: str) -> str:
@@ -55,7 +55,7 @@ def read_config(value: str, flag: str = "--config", what: str = "the pipeline co
     text = value if inline else _read_file(value, flag, f"{what} (a JSON object, or a YAML/JSON file)")
     shown = "the inline JSON" if inline else repr(value)
     try:
-        config = json.loads(text) if inline else yaml.load(text, Loader=loader or yaml.SafeLoader)
+        config = json.loads(text) if inline else load_yaml(text, loader)
     except json.JSONDecodeError as err:
         raise PitError(f"{flag} {shown}: not valid JSON ({err}); expected a JSON object") from None
     except yaml.YAMLError as err:

@@ -17,6 +17,7 @@ from typing import Any
 
 from pit.commands.common import read_config, read_spec
 from pit.errors import PitError, yaml_error_text
+from pit.io import load_yaml
 from pit.training.args import ArgsError, bounds_text, field_default, field_docs, field_type
 
 
@@ -97,7 +98,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not sep or not all(parts):
         raise PitError(f"--set {text!r}: expected KEY=VALUE, e.g. lr=1e-3 or interface.kind=tt")
     try:
-        return parts, yaml.load(raw, Loader=settings_loader())
+        return parts, load_yaml(raw, settings_loader())
     except yaml.YAMLError as err:
         raise PitError(f"--set {text!r}: the value is not valid YAML ({yaml_error_text(err)[1]})") from None
 

@@ -22,9 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
 from pit.errors import PitError
+from pit.io import load_yaml
 from pit.tracking.transfer import EXPORT_FILE, import_runs
 
 LOCAL_PROFILE = "workflow/profiles/local"
@@ -36,7 +35,7 @@ def tracked_profile(root: Path) -> Path:
     dvc_yaml = root / "dvc.yaml"
     if not dvc_yaml.is_file():
         raise PitError(f"no dvc.yaml in {str(root)!r}; expected the root of a pit-repro checkout (run from there)")
-    for entry in yaml.safe_load(dvc_yaml.read_text()).get("vars", []):
+    for entry in (load_yaml(dvc_yaml.read_text()) or {}).get("vars", []):
         if isinstance(entry, dict) and "configfile" in entry:
             return Path(entry["configfile"])
     raise PitError(f"{str(dvc_yaml)!r} names no profile: expected `configfile` under `vars`")
@@ -117,7 +116,7 @@ def pull(root: Path, remote: str | None = None, uri: str | None = None) -> dict:
         )
     snakemake(root, "--touch", "--forceall", "--cores", "1")
     imported = present = 0
-    profile = yaml.safe_load((root / tracked_profile(root)).read_text()) or {}
+    profile = load_yaml((root / tracked_profile(root)).read_text()) or {}
     settings = profile.get("mlflow") or {}
     if settings.get("enabled", True) and (root / EXPORT).is_file():
         imported, present = import_runs(root / EXPORT, uri or settings.get("tracking_uri"))

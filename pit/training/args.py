@@ -41,6 +41,9 @@ TYPE_WORDS = {
 }
 JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", dict: "object", list: "array"}
 SCHEMA_BOUNDS = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "exclusiveMaximum"}
+# every integer setting is a 64-bit integer: a larger one would pass the checks and overflow later (a step count in a
+# progress bar, a seed in a generator), after the run folder was written
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 
 
 class ArgsError(PitError):
@@ -122,6 +125,9 @@ def check_field(label: str, cls, f: dataclasses.Field, value) -> None:
         raise ArgsError(f"{label}: {f.name} {shown} is {got}; expected {want}", (f.name,))
     if kind is float and not math.isfinite(value):
         raise ArgsError(f"{label}: {f.name} {shown}; expected a finite number", (f.name,))
+    if kind is int and not INT_MIN <= value <= INT_MAX:
+        raise ArgsError(f"{label}: {f.name} {shown}; expected a 64-bit integer (at most 2**63 - 1 = {INT_MAX})",
+                        (f.name,))  # fmt: skip
     meta = dict(f.metadata)
     if "choices" in meta and value not in meta["choices"] or not _in_bounds(value, meta):
         raise ArgsError(f"{label}: {f.name} {shown}; expected {bounds_text(meta, kind)}", (f.name,))
@@ -167,6 +173,9 @@ def schema_property(cls, f: dataclasses.Field) -> dict:
     else:
         prop = {"type": [JSON_TYPES[kind], "null"] if optional else JSON_TYPES[kind]}
     prop.update({SCHEMA_BOUNDS[k]: v for k, v in meta.items() if k in SCHEMA_BOUNDS})
+    if kind is int:  # 64-bit, as check_field checks
+        prop.setdefault("minimum", INT_MIN)
+        prop.setdefault("maximum", INT_MAX)
     prop["description"] = field_docs(cls).get(f.name, "")
     return prop
 
@@ -234,8 +243,9 @@ class RunArgs:
     """auto (bf16 autocast on CUDA, FP32 on CPU) | fp32 | bf16. PIT's T/L work stays FP32 in any case."""
     device: str = arg("auto", choices=DEVICES)
     """auto (CUDA when available) | cpu | cuda (an error when CUDA is not available, before any work)."""
-    threads: int | None = arg(None, ge=1)
-    """CPU threads (None: torch's default); restored when the run returns."""
+    threads: int | None = arg(None, ge=1, le=1024)
+    """CPU threads (None: torch's default); restored when the run returns. At most 1024 (torch makes one OpenMP
+    thread each: tens of thousands exhaust memory)."""
     checkpoint_every: int = arg(0, ge=0)
     """Steps between trainer checkpoints (0: none; a finished run keeps only its final outputs)."""
     keep_checkpoints: int = arg(2, ge=1)
