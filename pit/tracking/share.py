@@ -8,15 +8,20 @@ particular order (modification times do not follow the DAG) and there is no .sna
 
 - `push`: refuses while Snakemake has jobs left (the outputs would not match the code and config), then
   `dvc commit --force` (records every stage's outputs in dvc.lock and the cache) and `dvc push`.
-- `pull`: `dvc pull`, then refuses unless `dvc status` is clean (the pulled outputs match this checkout's code and
-  config), then `snakemake --touch --forceall` (marks them up to date, in DAG order, with Snakemake's metadata) and
-  imports results/mlflow/runs.jsonl into the profile's MLflow store (`pit mlflow sync results/mlflow`).
+- `pull`: `dvc pull`, then checks every pulled file against the hash dvc.lock records for it (`lock_problems`: DVC
+  checks a file output's hash as it fetches it, but not the files of a folder output, and its `dvc status` trusts the
+  hashes it noted as it wrote them), then refuses unless `dvc status` is clean (the pulled outputs match this
+  checkout's code and config), then `snakemake --touch --forceall` (marks them up to date, in DAG order, with
+  Snakemake's metadata) and imports results/mlflow/runs.jsonl into the profile's MLflow store
+  (`pit mlflow sync results/mlflow`).
 
 The profile is the one DVC tracks (`vars.configfile` in dvc.yaml). Commands run from the checkout's root.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import subprocess
 import sys
@@ -103,11 +108,72 @@ def push(root: Path, remote: str | None = None) -> dict:
     return {"pushed": pushed, "lock_changed": diff.returncode != 0}
 
 
+def _md5(path: Path) -> str:
+    h = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _out_problems(root: Path, out: dict, cache_path) -> list[str]:
+    """One line per file of one dvc.lock output (`out`: path, md5; a folder's md5 ends in .dir and names its listing
+    in the cache, [{relpath, md5}]) that is missing here or whose md5 differs from the recorded one."""
+    path, md5 = out.get("path"), out.get("md5")
+    if not isinstance(md5, str):
+        return []  # another hash kind, or not cached: DVC did not pull it
+    if not md5.endswith(".dir"):
+        files = [(path, md5)]
+    else:
+        listing = Path(cache_path(md5))
+        if not listing.is_file() or _md5(listing) != md5.removesuffix(".dir"):
+            return [f"{path}: DVC's listing of the folder ({md5}) is missing or damaged in the cache: its files cannot "
+                    "be checked against dvc.lock"]  # fmt: skip
+        files = [(f"{path}/{entry['relpath']}", entry["md5"]) for entry in json.loads(listing.read_text())]
+    problems = []
+    for rel, digest in files:
+        if not (root / rel).is_file():
+            problems.append(f"{rel}: missing after the pull (dvc.lock records md5 {digest})")
+        elif _md5(root / rel) != digest:
+            problems.append(f"{rel}: md5 {_md5(root / rel)} differs from {digest}, the one dvc.lock records (the "
+                            "remote's copy was changed or damaged)")  # fmt: skip
+    return problems
+
+
+def lock_problems(root: Path, cache_path) -> list[str]:
+    """Every pulled file checked against dvc.lock (`_out_problems`); `cache_path(md5)`: where DVC's cache keeps an
+    object. Hashing the pulled outputs costs about as much as reading them (seconds per GB)."""
+    lock = load_yaml((root / "dvc.lock").read_text()) if (root / "dvc.lock").is_file() else None
+    stages = (lock or {}).get("stages") or {}
+    return [
+        line
+        for stage in stages.values()
+        for out in stage.get("outs", [])
+        for line in _out_problems(root, out, cache_path)
+    ]
+
+
+def _pull(repo, remote: str | None) -> dict:
+    """`dvc pull`; outputs it could not write (it drops a fetched file whose hash differs) are left to
+    `lock_problems`, which names each, rather than being one error for all."""
+    from dvc.exceptions import CheckoutError
+
+    try:
+        return repo.pull(remote=remote)
+    except CheckoutError:
+        return {}
+
+
 def pull(root: Path, remote: str | None = None, uri: str | None = None) -> dict:
-    """Pull the outputs dvc.lock records, mark them up to date for Snakemake and import the MLflow runs:
-    {'fetched': files, 'imported': runs, 'present': runs already in the store}."""
+    """Pull the outputs dvc.lock records, check them against it, mark them up to date for Snakemake and import the
+    MLflow runs: {'fetched': files, 'imported': runs, 'present': runs already in the store, 'problems': []}; with
+    'problems' (one line per file that is missing or differs from dvc.lock) nothing is marked or imported."""
     with _repo(root) as repo:
-        result = _dvc("pull", lambda: repo.pull(remote=remote))
+        result = _dvc("pull", lambda: _pull(repo, remote))
+        problems = lock_problems(root, repo.cache.local.oid_to_path)
+        if problems:
+            return {"fetched": result.get("stats", {}).get("fetched", 0), "imported": 0, "present": 0,
+                    "problems": problems}  # fmt: skip
         changed = _dvc("status", lambda: repo.status())
     if changed:
         raise PitError(
@@ -120,4 +186,5 @@ def pull(root: Path, remote: str | None = None, uri: str | None = None) -> dict:
     settings = profile.get("mlflow") or {}
     if settings.get("enabled", True) and (root / EXPORT).is_file():
         imported, present = import_runs(root / EXPORT, uri or settings.get("tracking_uri"))
-    return {"fetched": result.get("stats", {}).get("fetched", 0), "imported": imported, "present": present}
+    fetched = result.get("stats", {}).get("fetched", 0)
+    return {"fetched": fetched, "imported": imported, "present": present, "problems": []}
