@@ -51,9 +51,10 @@ def _resolved(path: str | os.PathLike) -> Path:
 
 def check_output(dst: str | os.PathLike, sources: Iterable[str | os.PathLike | None], flag: str = "--out") -> None:
     """Rule 1: a PitError when the destination `dst` is one of `sources` (files or folders the command reads),
-    contains one, or lies inside one (paths compared after resolving symbolic links); None sources are skipped."""
+    contains one, or lies inside one (paths compared after resolving symbolic links). Sources that do not exist (None,
+    a hub id, a missing file the command itself reports) hold nothing to destroy and are skipped."""
     out = _resolved(dst)
-    for source in (s for s in sources if s is not None and str(s) != ""):
+    for source in (s for s in sources if s is not None and str(s) != "" and os.path.lexists(s)):
         src = _resolved(source)
         if out == src:
             how = "is its source"

@@ -45,7 +45,7 @@ def _download(args) -> int:
 def _tokenizer(args) -> int:
     from pit.data.tokenizers import build_tokenizer
 
-    check_outputs([args.out], args.corpus and str(Path(args.corpus).parent))
+    check_outputs([args.out], args.corpus)
     meta = build_tokenizer(args.name, read_spec(args.spec), args.out, corpus=args.corpus)
     print(
         f"tokenizer {meta['name']}: vocab_size {meta['vocab_size']}, eos_id {meta['eos_id']}, "
@@ -60,7 +60,7 @@ def _tokenize(args) -> int:
 
     merge_spec(args, read_spec(args.spec), TOKENIZE_DEFAULTS, TOKENIZE_TYPES)
     out = Path(args.out)
-    check_outputs([out, out.with_suffix(".json")], str(Path(args.corpus).parent), args.tokenizer)
+    check_outputs([out, out.with_suffix(".json")], args.corpus, args.tokenizer)
     if args.context_length is not None and args.context_length < 1:
         raise PitError(f"--context-length {args.context_length}: expected an integer >= 1 (or none)")
     if args.domain is not None:

@@ -17,10 +17,10 @@ from pit.reporting.report import REPORT_TITLE, build_report, report_html
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    config = read_config(args.config, "--config")
     out = Path(args.out)
     for dst in (out, out.with_suffix(".html")):
         check_output(dst, [args.config, args.tables, args.figures, args.runs, args.captions])
-    config = read_config(args.config, "--config")
     runs = Path(args.runs) if Path(args.runs).is_dir() else None
     captions = Path(args.captions) if Path(args.captions).is_dir() else None
     text = build_report(config, Path(args.tables), Path(args.figures), out, runs, captions)
