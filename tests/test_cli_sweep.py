@@ -66,7 +66,10 @@ SWEEP = {
         (["--name", "b", "--spec", js(BPE), "--corpus", "{T}/binary.json", "--out", "{T}/tok"], "is not JSON"),
     ],
     "data tokenize": [
-        (["--corpus", "{T}/none.json", "--split", "train", "--tokenizer", "{T}/empty", "--out", "{T}/x.bin"], "none.json"),
+        (
+            ["--corpus", "{T}/none.json", "--split", "train", "--tokenizer", "{T}/empty", "--out", "{T}/x.bin"],
+            "none.json",
+        ),
         ([*TOK, "--workers", "0"], "workers 0"),
         ([*TOK, "--spec", '{"workers": "2"}'], "'workers'"),
         ([*TOK, "--spec", '{"bogus": 1}'], "'bogus'"),
