@@ -72,6 +72,15 @@ def sqlite_file(uri: str | None) -> str | None:
     return uri[len("sqlite:///") :] if isinstance(uri, str) and uri.startswith("sqlite:///") else None
 
 
+RESULT_STAGES = ("pretrain", "diagnostics", "posttrain")  # what a reader of the results root reads (claims, study)
+
+
+def stage_folders(root: str | None) -> list[str]:
+    """The folders a reader of the whole results root (`--runs results`: the claims, the study's tables) reads: its
+    sources for the output rule, so that it may write results/tables beside them."""
+    return [str(Path(root) / stage) for stage in RESULT_STAGES] if root else []
+
+
 def check_outputs(outputs, *sources, flag: str = "--out") -> None:
     """The output rule (pit.io.check_output) for each of a command's `outputs` against every source it reads:
     paths, lists of paths or None (skipped)."""

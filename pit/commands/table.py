@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pit.commands.common import check_outputs
+from pit.commands.common import check_outputs, stage_folders
 from pit.errors import PitError
 from pit.io import write_text
 from pit.reporting import study_tables
@@ -30,10 +30,9 @@ def cmd_table(args: argparse.Namespace) -> int:
     notes = list(args.note or [])
     stem = Path(args.out)
     outputs = [stem.with_suffix(s) for s in (".md", ".csv", ".tex", ".json", ".html", ".sha256")]
-    check_outputs([*outputs, f"{args.out}_seeds.csv"], args.runs)
-    if name in ("claims", *study_tables.BUILDERS) and not any(
-        (Path(args.runs) / stage).is_dir() for stage in ("pretrain", "diagnostics", "posttrain")
-    ):
+    reads_root = name in ("claims", *study_tables.BUILDERS)  # --runs is the results root: its stages are read
+    check_outputs([*outputs, f"{args.out}_seeds.csv"], stage_folders(args.runs) if reads_root else args.runs)
+    if reads_root and not any(Path(p).is_dir() for p in stage_folders(args.runs)):
         raise PitError(f"--runs {args.runs}: no pretrain/, diagnostics/ or posttrain/ there; expected the results root")
     if name == "claims":  # the per-seed table beside it, and how each claim's metric is computed under it
         seeds = per_seed_table(args.runs)

@@ -511,15 +511,27 @@ def table_html(shown: pd.DataFrame, caption: str, notes: list[str]) -> str:
 SIDECAR_KEYS = {"table", "caption", "profile", "columns", "notes"}
 
 
+TABLE_SUFFIXES = (".md", ".csv", ".tex", ".json", ".html")  # a table set's files; <stem>.sha256 lists them
+
+
 def table_files_owned(out_stem: str | Path) -> bool:
     """Whether the files <stem>.* are a table set `write_table` made (pit.io's output rule): its <stem>.json is a
-    table's sidecar. The set's other files vary with the profile and settings, so they are known by it."""
-    sidecar = Path(out_stem).with_suffix(".json")
+    table's sidecar, or its <stem>.sha256 lists only the set's files (`sha256sum` lines). The set's other files vary
+    with the profile and settings, so they are known by these two (either may be gone: Snakemake removes a job's
+    outputs before it runs it again, a kill leaves a set without its manifest)."""
+    stem = Path(out_stem)
     try:
-        record = json.loads(sidecar.read_text())
+        record = json.loads(stem.with_suffix(".json").read_text())
+        if isinstance(record, dict) and set(record) == SIDECAR_KEYS:
+            return True
+    except (OSError, ValueError):
+        pass
+    try:
+        lines = stem.with_suffix(".sha256").read_text().splitlines()
     except (OSError, ValueError):
         return False
-    return isinstance(record, dict) and set(record) == SIDECAR_KEYS
+    names = {stem.with_suffix(s).name for s in TABLE_SUFFIXES}
+    return bool(lines) and all(re.fullmatch(r"[0-9a-f]{64}  (.+)", ln) and ln[66:] in names for ln in lines)
 
 
 def write_table(df: pd.DataFrame, out_stem: str | Path, name: str, profile: str, notes: list[str] = ()) -> None:
