@@ -38,7 +38,7 @@ def js(obj: dict, **kw) -> str:
 # command -> (arguments with {P} the precious folder, the other names below; what the error line says, or None
 # when the command writes beside --out and exits 0)
 CASES = {
-    "data download": (["--spec", js(STDLIB_CORPUS, glob="{TEXTS}/*.py", max_documents=2)], REFUSED),
+    "data download": (["--spec", js(STDLIB_CORPUS, glob="{TEXTS}/*.py", max_documents=3, val_fraction=0.3)], REFUSED),
     "data tokenizer": (["--name", "b", "--spec", js(BPE), "--corpus", "{MAN}"], REFUSED),
     "data tokenize": (["--corpus", "{MAN}", "--split", "val", "--tokenizer", "{TOK}"], REFUSED),
     "train": (["--spec-file", "{TRAIN}"], REFUSED),
