@@ -106,11 +106,8 @@ def atomic_path(
             os.replace(target, path)
             shutil.rmtree(old)
         else:
-            if path.is_file() and not replace_any and not (replaces or (lambda old: same_kind(old, target)))(path):
-                raise PitError(
-                    f"{str(path)!r} is a file this command did not write (its content is not of the kind this "
-                    "command writes there): nothing was replaced (choose another path, or remove it yourself)"
-                )
+            if path.is_file() and not replace_any:
+                _check_file_kind(path, target, replaces)
             os.replace(target, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -166,6 +163,15 @@ def opens_with(marker: str, within: int = 512) -> Callable[[Path], bool]:
             return marker.encode() in f.read(within)
 
     return test
+
+
+def _check_file_kind(path: Path, new: Path, replaces: Callable[[Path], bool] | None) -> None:
+    """A PitError unless the file `new` may replace the file `path` (rule 2: `replaces`, else `same_kind`)."""
+    if not (replaces(path) if replaces is not None else same_kind(path, new)):
+        raise PitError(
+            f"{str(path)!r} is a file this command did not write (its content is not of the kind this command "
+            "writes there): nothing was replaced (choose another path, or remove it yourself)"
+        )
 
 
 def _check_same_kind(path: Path, new: Path, replace_any: bool) -> None:

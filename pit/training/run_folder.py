@@ -220,8 +220,8 @@ class RunFolder:
         """Why a record of `fingerprint` is not this run's (None when it is)."""
         if fingerprint == self.fingerprint:
             return None
-        return f"belongs to a run with other settings (fingerprint {short(fingerprint)}; this run's is " \
-               f"{short(self.fingerprint)})"  # fmt: skip
+        theirs, ours = short(fingerprint), short(self.fingerprint)
+        return f"belongs to a run with other settings (fingerprint {theirs}; this run's is {ours})"
 
     def _start_over_or_refuse(self, problem: str) -> None:
         """With `overwrite`, a warning (the unfinished run is started over); else a PitError naming `problem`."""
