@@ -22,8 +22,7 @@ from pit.models.export import convert_checkpoint
 
 
 def run(args: argparse.Namespace) -> int:
-    if Path(args.src).exists():  # else a hub id
-        check_output(args.out, [args.src], "OUT")  # with or without --force: the source is never replaced
+    check_output(args.out, [args.src], "OUT")  # with or without --force: the source (a folder) is never replaced
     out = Path(args.out)
     if out.is_dir() and any(out.iterdir()) and not args.force:
         raise PitError(f"{args.out!r} exists and is not empty; pass --force to replace it with the conversion")
