@@ -1,41 +1,89 @@
-"""Atomic file writes and hashing: finished work is never replaced by a half-written file.
+"""Writing outputs: one rule for every command, atomic writes, hashing.
 
-`atomic_path(path)` works in a temporary folder `.NAME.PID-XXXXXXXX.tmp` next to `path` (PID: the writing
-process) and renames the result onto `path`; a process killed before the rename leaves that folder behind,
-and the next `atomic_path(path)` removes it (`remove_stale_temporaries`, which also sweeps a whole folder).
-`write_file_set` writes files that belong together (a table's .md/.csv/.tex) as one unit a reader can check:
-a manifest of their hashes (`sha256sum -c` format), written last.
+The output rule (docs/reproducibility.md, "A command never destroys an input or what it did not make"):
+
+1. `check_output(dst, sources)`: a destination that is one of the command's sources, contains one, or lies inside
+   one is refused (one PitError line, exit 2), with or without --force. Every command with an output calls it
+   before any work.
+2. `atomic_path(path)` replaces only what this command made: a folder only by a folder holding every name of the
+   old one, a file only by a file of its kind (`same_kind`: a JSON object by one with every key of the old one, a
+   JSON Lines file by one whose first row has every key of the old first row, a CSV by one with every column of
+   the old header, any other file by one with the same first line; an empty file by anything; a writer whose
+   output varies more passes its own `replaces` test). Anything else is one PitError line, and nothing is written.
+3. Temporaries carry a name no user chooses, `.NAME.pit-tmp-PID-XXXXXXXX.tmp` (PID: the writing process), and
+   only those of processes that are no longer running are removed; a file merely named like a temporary is never
+   touched.
+4. A folder is replaced in two renames: the old one to `.NAME.pit-old-PID.tmp`, the new one into place, then the
+   old copy is removed. A process killed between the renames leaves the destination missing and the old copy
+   beside it: the next write of that path (or `remove_stale_temporaries`) puts the old copy back first, never
+   deletes it; an old copy beside a destination that is in place is the leftover of a finished replacement.
+
+`write_file_set` writes files that belong together (a table's .md/.csv/.tex) as one unit a reader can check: a
+manifest of their hashes (`sha256sum -c` format), written last.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import glob
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from pit.errors import PitError
 
+log = logging.getLogger("pit.io")
+FIRST_LINE_BYTES = 256  # how much of a file's first line `same_kind` compares
+
+
+def _resolved(path: str | os.PathLike) -> Path:
+    return Path(os.path.realpath(os.path.abspath(path)))
+
+
+def check_output(dst: str | os.PathLike, sources: Iterable[str | os.PathLike | None], flag: str = "--out") -> None:
+    """Rule 1: a PitError when the destination `dst` is one of `sources` (files or folders the command reads),
+    contains one, or lies inside one (paths compared after resolving symbolic links). Sources that do not exist (None,
+    a hub id, a missing file the command itself reports) hold nothing to destroy and are skipped."""
+    out = _resolved(dst)
+    for source in (s for s in sources if s is not None and str(s) != "" and os.path.lexists(s)):
+        src = _resolved(source)
+        if out == src:
+            how = "is its source"
+        elif out in src.parents:
+            how = "contains its source"
+        elif src in out.parents:
+            how = "lies inside its source"
+        else:
+            continue
+        raise PitError(
+            f"{flag} {str(dst)!r} {how} {str(source)!r}: a command never writes where it reads (it would replace or "
+            "change its input); choose a destination outside it"
+        )
+
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, replace_any: bool = False) -> Iterator[Path]:
+def atomic_path(
+    path: str | os.PathLike, replace_any: bool = False, replaces: Callable[[Path], bool] | None = None
+) -> Iterator[Path]:
     """Yield a temporary path next to `path`; on success rename it onto `path` (atomic on POSIX).
 
-    Works for files and directories. On error the temporary is removed and `path` is untouched. Temporaries of
-    `path` that a killed process left behind are removed first (`remove_stale_temporaries`). A folder is only
-    ever replaced by a folder and a file by a file: writing a file where a folder is (or the reverse) is a PitError
-    and leaves `path` as it was, so a mistyped --out never deletes a folder of results. A folder is only replaced
-    by one of its kind: every name in the old folder must be in the new one (an earlier output of the same
-    command), else a PitError names what the old folder holds that this write does not make; `replace_any`
-    (`pit export --force`) lifts that rule.
+    Works for files and directories. On error the temporary is removed and `path` is untouched. First the
+    leftovers of killed writers of `path` are cleared (`remove_stale_temporaries`: an interrupted folder
+    replacement is put back). A folder is only ever replaced by a folder and a file by a file: writing a file where
+    a folder is (or the reverse) is a PitError and leaves `path` as it was, so a mistyped --out never deletes a
+    folder of results. A folder is only replaced by one of its kind: every name in the old folder must be in the
+    new one (an earlier output of the same command), else a PitError names what the old folder holds that this
+    write does not make; a file only by one of its kind: `replaces(old)` when given, else `same_kind(old, new)`.
+    `replace_any` (`pit export --force`) lifts both kind rules.
     """
     path = Path(path)
     blocked = next((p for p in [path.parent, *path.parent.parents] if p.exists() and not p.is_dir()), None)
@@ -43,7 +91,7 @@ def atomic_path(path: str | os.PathLike, replace_any: bool = False) -> Iterator[
         raise PitError(f"cannot write {str(path)!r}: {str(blocked)!r} is a file, not a folder")
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path.parent, path.name)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp", dir=path.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.pit-tmp-{os.getpid()}-", suffix=".tmp", dir=path.parent))
     target = tmp / path.name
     try:
         yield target
@@ -53,15 +101,77 @@ def atomic_path(path: str | os.PathLike, replace_any: bool = False) -> Iterator[
                            "path, or remove it yourself)")  # fmt: skip
         if path.is_dir() and not path.is_symlink():
             _check_same_kind(path, target, replace_any)
-            old = path.with_name(f".{path.name}.old.tmp")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
+            old = path.with_name(f".{path.name}.pit-old-{os.getpid()}.tmp")
+            os.replace(path, old)  # from here until the next rename, `old` is the only copy (rule 4)
             os.replace(target, path)
-            shutil.rmtree(old, ignore_errors=True)
+            shutil.rmtree(old)
         else:
+            if path.is_file() and not replace_any:
+                _check_file_kind(path, target, replaces)
             os.replace(target, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _first_line(path: Path, limit: int = FIRST_LINE_BYTES) -> bytes:
+    with open(path, "rb") as f:
+        return f.readline(limit).rstrip(b"\n")
+
+
+def _json_keys(text: str) -> tuple[type, set] | None:
+    """(JSON type, top-level keys of an object) of a JSON text, or None when it is not JSON."""
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    return type(value), set(value) if isinstance(value, dict) else set()
+
+
+JSON_SNIFF_BYTES = 64 << 20  # a new file up to this size that opens with { or [ is read whole as JSON by `same_kind`
+
+
+def same_kind(old: Path, new: Path) -> bool:
+    """Rule 2 for files: whether the file `new` may replace the file `old` as an earlier output of the same command
+    (see the module docstring). The kind is the new content's: a JSON document (whole), JSON Lines (.jsonl), a CSV
+    (.csv), else any file by its first line."""
+    if old.stat().st_size == 0:
+        return True  # nothing to lose
+    try:
+        first_old, first_new = _first_line(old), _first_line(new)
+        if first_new[:1] in (b"{", b"[") and new.suffix != ".jsonl" and new.stat().st_size <= JSON_SNIFF_BYTES:
+            b = _json_keys(new.read_text())
+            if b is not None:
+                a = _json_keys(old.read_text()) if old.stat().st_size <= JSON_SNIFF_BYTES else None
+                return a is not None and a[0] is b[0] and a[1] <= b[1]
+        if new.suffix == ".jsonl":
+            first_old, first_new = _first_line(old, JSON_SNIFF_BYTES), _first_line(new, JSON_SNIFF_BYTES)
+            a, b = _json_keys(first_old.decode()), _json_keys(first_new.decode() or "{}")
+            return a is not None and b is not None and a[0] is dict and bool(first_new) and a[1] <= b[1]
+        if new.suffix == ".csv":
+            return set(first_old.decode().split(",")) <= set(first_new.decode().split(","))
+    except (OSError, UnicodeDecodeError):
+        return False
+    return first_old == first_new
+
+
+def opens_with(marker: str, within: int = 512) -> Callable[[Path], bool]:
+    """A `replaces` test (rule 2): the old file holds `marker` in its first `within` bytes (a writer whose first
+    line varies, e.g. with the profile, but whose opening always names what it is)."""
+
+    def test(old: Path) -> bool:
+        with open(old, "rb") as f:
+            return marker.encode() in f.read(within)
+
+    return test
+
+
+def _check_file_kind(path: Path, new: Path, replaces: Callable[[Path], bool] | None) -> None:
+    """A PitError unless the file `new` may replace the file `path` (rule 2: `replaces`, else `same_kind`)."""
+    if not (replaces(path) if replaces is not None else same_kind(path, new)):
+        raise PitError(
+            f"{str(path)!r} is a file this command did not write (its content is not of the kind this command "
+            "writes there): nothing was replaced (choose another path, or remove it yourself)"
+        )
 
 
 def _check_same_kind(path: Path, new: Path, replace_any: bool) -> None:
@@ -84,8 +194,8 @@ def refuse_foreign_folder(path: str | os.PathLike, names: Iterable[str]) -> None
         )
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
-    with atomic_path(path) as tmp:
+def write_text(path: str | os.PathLike, text: str, replaces: Callable[[Path], bool] | None = None) -> None:
+    with atomic_path(path, replaces=replaces) as tmp:
         tmp.write_text(text)
 
 
@@ -94,8 +204,8 @@ def json_text(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=True) + "\n"
 
 
-def write_json(path: str | os.PathLike, obj: Any) -> None:
-    write_text(path, json_text(obj))
+def write_json(path: str | os.PathLike, obj: Any, replaces: Callable[[Path], bool] | None = None) -> None:
+    write_text(path, json_text(obj), replaces)
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -104,6 +214,21 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def sha256_path(path: str | os.PathLike) -> str:
+    """sha256 of a file; of a folder, the sha256 of its `sha256sum` listing (`HASH  RELATIVE/PATH` lines, sorted) of
+    every file below it but hidden ones (names starting with '.': Snakemake's timestamps, locks, temporaries)."""
+    path = Path(path)
+    if not path.is_dir():
+        return sha256_file(path)
+    files = sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+    )
+    listing = "".join(f"{sha256_file(f)}  {f.relative_to(path).as_posix()}\n" for f in files)
+    return hashlib.sha256(listing.encode()).hexdigest()
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
@@ -130,8 +255,8 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     return rows
 
 
-# .NAME.PID-XXXXXXXX.tmp (this module), .NAME.XXXXXXXX.tmp (older versions), .NAME.old.tmp (a replaced folder)
-_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?:(?P<pid>\d+)-)?[a-z0-9_]+\.tmp")
+# .NAME.pit-tmp-PID-XXXXXXXX.tmp (a write at work), .NAME.pit-old-PID.tmp (the old copy of a folder being replaced)
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.pit-(?:tmp-(?P<pid>\d+)-[a-z0-9_]{8}|old-(?P<old>\d+))\.tmp")
 
 
 def _running(pid: int) -> bool:
@@ -146,19 +271,25 @@ def _running(pid: int) -> bool:
 
 
 def remove_stale_temporaries(folder: str | os.PathLike, name: str | None = None) -> list[Path]:
-    """Remove the temporaries `atomic_path` left in `folder` when its process was killed before the rename:
-    those of `folder/name` (of every path in `folder` when `name` is None) whose writing process is no longer
-    running. A temporary of a live process (a writer at work) is kept. Returns the paths removed."""
+    """Clear what writers of `folder/name` (of every path in `folder` when `name` is None) left when they were
+    killed, for those whose process is no longer running (a live writer's temporaries are kept): a temporary is
+    removed; the old copy of an interrupted folder replacement is put back where the destination is missing (rule
+    4), else removed. Only names of `_TEMPORARY`'s exact form are touched. Returns the paths removed or put back."""
     folder = Path(folder)
-    pattern = f".{glob.escape(name)}.*.tmp" if name is not None else ".*.tmp"
-    removed = []
+    pattern = f".{glob.escape(name)}.pit-*.tmp" if name is not None else ".*.pit-*.tmp"
+    handled = []
     for tmp in sorted(folder.glob(pattern)):
         m = _TEMPORARY.fullmatch(tmp.name)
-        if m is None or (name is not None and m["name"] != name) or (m["pid"] and _running(int(m["pid"]))):
+        if m is None or (name is not None and m["name"] != name) or _running(int(m["pid"] or m["old"])):
             continue
-        shutil.rmtree(tmp) if tmp.is_dir() and not tmp.is_symlink() else tmp.unlink(missing_ok=True)
-        removed.append(tmp)
-    return removed
+        dest = folder / m["name"]
+        if m["old"] and not dest.exists() and not dest.is_symlink():
+            os.replace(tmp, dest)
+            log.warning("put back %s: a replacement of it was interrupted before the new copy was in place", dest)
+        else:
+            shutil.rmtree(tmp) if tmp.is_dir() and not tmp.is_symlink() else tmp.unlink(missing_ok=True)
+        handled.append(tmp)
+    return handled
 
 
 def manifest_text(paths: list[Path]) -> str:
@@ -166,18 +297,25 @@ def manifest_text(paths: list[Path]) -> str:
     return "".join(f"{sha256_file(p)}  {p.name}\n" for p in paths)
 
 
-def write_file_set(texts: dict[Path, str], manifest: str | os.PathLike) -> None:
+def write_file_set(
+    texts: dict[Path, str], manifest: str | os.PathLike, replaces: Callable[[Path], bool] | None = None
+) -> None:
     """Write files of one folder that belong together as one unit. Each file is written to a temporary first;
     then the old manifest is removed, the files are renamed into place, and the new manifest (their sha256, the
     format of `sha256sum`) is written last. Killed at any point, the folder holds either a complete set that
-    matches its manifest or no manifest: `file_set_complete` tells which (`sha256sum -c MANIFEST` too)."""
+    matches its manifest or no manifest: `file_set_complete` tells which (`sha256sum -c MANIFEST` too). `replaces`:
+    see `atomic_path` (for every file of the set and the manifest)."""
     manifest = Path(manifest)
     paths = [Path(p) for p in texts]
+    foreign = [p for p in [*paths, manifest] if p.is_file() and replaces is not None and not replaces(p)]
+    if foreign:  # checked before any file of the set is replaced
+        raise PitError(f"{str(foreign[0])!r} is a file this command did not write: nothing was replaced (choose "
+                       "another path, or remove it yourself)")  # fmt: skip
     with contextlib.ExitStack() as stack:
         for path, text in texts.items():
-            stack.enter_context(atomic_path(path)).write_text(text)
+            stack.enter_context(atomic_path(path, replaces=replaces)).write_text(text)
         manifest.unlink(missing_ok=True)  # from here until the new manifest, the set reads as incomplete
-    write_text(manifest, manifest_text(paths))
+    write_text(manifest, manifest_text(paths), replaces)
 
 
 def file_set_complete(manifest: str | os.PathLike) -> bool:
@@ -191,6 +329,45 @@ def file_set_complete(manifest: str | os.PathLike) -> bool:
         if not path.is_file() or sha256_file(path) != digest:
             return False
     return True
+
+
+YAML_MAX_DEPTH = 100  # nesting of mappings and sequences a YAML input may have (a profile has 5)
+
+
+@functools.cache
+def yaml_loader(base=None):
+    """PyYAML's safe loader (or `base`, a subclass of it) that refuses, as a YAML error with its line and column
+    (pit.errors.yaml_error_text), what it would otherwise turn into a traceback later: nesting deeper than
+    YAML_MAX_DEPTH (PyYAML composes recursively: a RecursionError) and a recursive alias (`a: &x [*x]`, an object
+    that contains itself: "Circular reference detected" once it is serialised)."""
+    import yaml
+    from yaml.composer import ComposerError
+
+    class BoundedLoader(base or yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            event, open_anchors = self.peek_event(), self.__dict__.setdefault("_open_anchors", [])
+            if isinstance(event, yaml.AliasEvent):
+                if event.anchor in open_anchors:
+                    raise ComposerError(f"while composing the node &{event.anchor}", None,
+                                        f"found a recursive alias *{event.anchor} (a node that contains itself)",
+                                        event.start_mark)  # fmt: skip
+                return super().compose_node(parent, index)
+            if len(open_anchors) >= YAML_MAX_DEPTH:
+                raise ComposerError(None, None, f"nested deeper than {YAML_MAX_DEPTH} levels", event.start_mark)
+            open_anchors.append(getattr(event, "anchor", None))
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                open_anchors.pop()
+
+    return BoundedLoader
+
+
+def load_yaml(text: str, loader=None):
+    """`text` read by `yaml_loader(loader)`; its errors are PyYAML's (yaml.YAMLError), with their marks."""
+    import yaml
+
+    return yaml.load(text, Loader=yaml_loader(loader))
 
 
 def read_json(path):

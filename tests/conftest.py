@@ -27,10 +27,17 @@ def pytest_configure(config):
     - OMP_WAIT_POLICY=PASSIVE, unless set: OpenMP threads that wait for work sleep instead of spinning. Two workers
       on two cores each run torch with its default thread count (the resume tests compare in-process runs with
       `pit train` processes bit for bit, so the count must stay torch's default); spinning threads take the cores
-      the other worker's threads need. Results do not change, only how idle threads wait."""
+      the other worker's threads need. Results do not change, only how idle threads wait.
+    - PIT_SANDBOX=weak where bubblewrap cannot run: the suite's explicit opt-in to the weak sandbox (without it the
+      evaluator refuses to score code; docs/evaluation.md). Its scores then record "weak (opted in)"; the tests of
+      the isolation itself are skipped there (`isolated()`)."""
     if not hasattr(config, "workerinput"):  # the controller, or a run without xdist (xdist gives workers this)
         os.environ.update(environment())
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        from pit.evaluation.sandbox import isolated
+
+        if not isolated():
+            os.environ.setdefault("PIT_SANDBOX", "weak")
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -57,7 +64,8 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_report_header(config):
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none; tests marked cuda deselected"
-    return f"CUDA: {device}"
+    sandbox = "weak (opted in: no bubblewrap here)" if os.environ.get("PIT_SANDBOX") == "weak" else "bubblewrap"
+    return [f"CUDA: {device}", f"sandbox of code samples: {sandbox}"]
 
 
 @pytest.fixture(autouse=True)

@@ -373,3 +373,55 @@ def test_yaml_syntax_error_in_the_default_config_names_its_line(tmp_path):
         line.startswith("config/config.yaml:") and "YAML syntax error in the config" in line
         for line in (proc.stdout + proc.stderr).splitlines()
     ), proc.stderr[-2000:]
+
+
+# --- YAML a parser turns into a traceback, integers that overflow later: one line at validation (issue 58) ------
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "problem"),
+    [
+        ("profile: " + "[" * 5000 + "]" * 5000 + "\n", (1, 109), "nested deeper than 100 levels"),
+        ("profile: x\nreport: &r\n  loop: *r\n", (3, 9), "found a recursive alias *r (a node that contains itself)"),
+    ],
+    ids=["5000-deep", "recursive-alias"],
+)
+def test_deep_or_self_containing_yaml_is_one_line(tmp_path, capsys, text, where, problem):
+    """A 5000-deep YAML was a RecursionError traceback in `pit config check` and `pit train --config`; a recursive
+    alias one of "Circular reference detected"."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    rc, err, _ = run_pit(capsys, "config", "check", path)
+    assert rc == 2 and len(err) == 1 and err[0].endswith(f"c.yaml:{where[0]}:{where[1]}: YAML syntax error in the "
+                                                         f"config: {problem}"), err  # fmt: skip
+    for argv in (["train", "--config", path, "--out", tmp_path / "run"], ["train", "--config", path, "--print-config"]):
+        rc, err, _ = run_pit(capsys, *argv)
+        assert rc == 2 and err == [f"pit train: error: --config {str(path)!r}: line {where[0]}, column {where[1]}: "
+                                   f"YAML syntax error: {problem}"]  # fmt: skip
+    rc, err, _ = run_pit(capsys, "train", "--config", path, "--set", "interface=&a {kind: *a}", "--print-config")
+    assert rc == 2 and len(err) == 1 and "YAML syntax error" in err[0], err
+    rc, err, _ = run_pit(capsys, "lora", "train", "--set", "targets=&a {x: *a}", "--print-config")
+    assert rc == 2 and err == ["pit lora: error: --set 'targets=&a {x: *a}': the value is not valid YAML (found a "
+                               "recursive alias *a (a node that contains itself))"]  # fmt: skip
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_integer_beyond_64_bits_is_refused_at_validation(tiny_data, tmp_path, capsys):
+    """`--set max_steps=99999999999999999999` passed validation and died with OverflowError after writing run.json;
+    the profile's key the same way."""
+    spec = dict(mode="scratch", model="scratch-tiny", train_data=tiny_data["bpe2k"]["train"],
+                val_data=tiny_data["bpe2k"]["val"], tokenizer=tiny_data["bpe2k"]["tokenizer"], seq_len=32,
+                global_batch_tokens=128, micro_batch_size=4, max_steps=2, mlflow={"enabled": False})  # fmt: skip
+    (tmp_path / "train.json").write_text(json.dumps(spec))
+    huge = "99999999999999999999"
+    rc, err, _ = run_pit(capsys, "train", "--spec-file", tmp_path / "train.json", "--set", f"max_steps={huge}",
+                         "--out", tmp_path / "run")  # fmt: skip
+    assert rc == 2 and err == [
+        f"pit train: error: --set 'max_steps={huge}': train config: max_steps {huge}; expected a 64-bit integer "
+        f"(at most 2**63 - 1 = {2**63 - 1})"
+    ]
+    assert not (tmp_path / "run").exists()
+    config = write_config(tmp_path / "config.yaml", lambda c: c["pretrain"]["train"].update(max_steps=int(huge)))
+    rc, err, _ = run_pit(capsys, "config", "check", config)
+    assert rc == 2 and len(err) == 1 and "invalid config at pretrain.train.max_steps" in err[0], err
+    assert huge in err[0] and "greater than the maximum" in err[0]

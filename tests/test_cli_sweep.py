@@ -66,7 +66,10 @@ SWEEP = {
         (["--name", "b", "--spec", js(BPE), "--corpus", "{T}/binary.json", "--out", "{T}/tok"], "is not JSON"),
     ],
     "data tokenize": [
-        (["--corpus", "{T}/none.json", "--split", "train", "--tokenizer", "{T}", "--out", "{T}/x.bin"], "none.json"),
+        (
+            ["--corpus", "{T}/none.json", "--split", "train", "--tokenizer", "{T}/empty", "--out", "{T}/x.bin"],
+            "none.json",
+        ),
         ([*TOK, "--workers", "0"], "workers 0"),
         ([*TOK, "--spec", '{"workers": "2"}'], "'workers'"),
         ([*TOK, "--spec", '{"bogus": 1}'], "'bogus'"),
@@ -182,7 +185,7 @@ SWEEP = {
     ],
     "export": [
         (["{T}/none", "{T}/out"], "'{T}/none' does not exist"),
-        (["{T}", "{T}/out"], "no config.json"),
+        (["{T}/empty", "{T}/out"], "no config.json"),  # (DST inside SRC would be refused first: the output rule)
     ],
     "generate": [
         (["{T}/none", "--prompt", "x"], "'{T}/none' does not exist"),

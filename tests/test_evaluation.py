@@ -12,7 +12,7 @@ from pit.errors import PitError
 from pit.evaluation.answers import extract_answer, same_number
 from pit.evaluation.evaluate import read_samples
 from pit.evaluation.generate import truncate
-from pit.evaluation.sandbox import Limits
+from pit.evaluation.sandbox import Limits, sandbox_label, sandbox_mode
 from pit.evaluation.tasks import SPECS, check_fields, load_task, score
 
 LIMITS = Limits(timeout=3.0)
@@ -91,6 +91,49 @@ def test_humaneval_mixed_agrees_with_package(humaneval, sample_files):
     assert 55 <= sum(ours.values()) < 164  # the canonical third passes, most mutants do not
     # a body that returns None (a third of the problems, every 3rd from the third) fails every one of them
     assert not any(ours[i] for n, i in enumerate(humaneval.records) if n % 3 == 2)
+
+
+def _passes(record: dict, function) -> bool:
+    """Whether `function`, bound to the record's function name, passes the record's asserts (trusted data, so run
+    here: a property of the stand-in records, not of the sandbox)."""
+    name = record["code"].split("def ", 1)[1].split("(", 1)[0]
+    try:
+        for test in record["test_list"]:
+            exec(test, {name: function})
+    except AssertionError:
+        return False
+    return True
+
+
+def _reference(record: dict):
+    scope = {}
+    exec(record["code"], scope)
+    return next(v for k, v in scope.items() if not k.startswith("__"))
+
+
+@pytest.mark.parametrize("split", ["test", "train"])
+def test_no_constant_function_passes_an_mbpp_standin_task(split):
+    """Issue 58: `def f(*a, **k): return False` (or 0) passed 8 of the 100 stand-in tasks, `return []` one: every
+    task's expected values were all one constant. Now every reference passes its task and no constant does."""
+    from pit.evaluation.standins import mbpp_standin
+
+    records = mbpp_standin(split=split)
+    assert sum(_passes(r, _reference(r)) for r in records) == len(records) == {"test": 100, "train": 400}[split]
+    for constant in (False, 0, [], None, "", True, 1):
+        assert [r["task_id"] for r in records if _passes(r, lambda *a, _c=constant, **k: _c)] == [], constant
+    assert [r["task_id"] for r in records if _passes(r, lambda *a, **k: None)] == []  # `pass`
+
+
+def test_a_code_task_without_tests_is_refused(tmp_path):
+    """Issue 58: a record with an empty test_list passed any sample, even `pass`."""
+    rows = [{"task_id": 1, "text": "add one", "code": "def f(x):\n    return x + 1", "test_list": ["assert f(1) == 2"]},
+            {"task_id": 2, "text": "anything", "code": "def g():\n    pass", "test_list": []}]  # fmt: skip
+    path = write_jsonl(tmp_path / "tasks.jsonl", rows)
+    with pytest.raises(PitError, match=r"record '2' has no tests \(\[\]\); expected at least one test per code task"):
+        load_task("mbpp", str(path))
+    rows[1]["test_list"] = ["   "]
+    with pytest.raises(PitError, match="record '2' has no tests"):
+        load_task("mbpp", str(write_jsonl(tmp_path / "blank.jsonl", rows)))
 
 
 def test_mbpp_standin_references_pass_their_tests():
@@ -257,10 +300,48 @@ def test_cli_scores_a_samples_file(tmp_path, humaneval):
     assert result["pass@1"] == 3 / 164 and result["results"][list(humaneval.records)[4]]["status"] == "missing"
     assert result["results"][ids[0]] == {"passed": True, "status": "passed", "detail": ""}
     assert result["results"][ids[3]]["status"] == "failed"
+    assert result["sandbox"] == sandbox_label(sandbox_mode())  # how the score was obtained
 
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"task_id": "HumanEval/999", "completion": ""}])
     proc = run_pit("evaluate", "humaneval", "--samples", str(bad), "--json")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "HumanEval/999" in proc.stderr
+
+
+@pytest.fixture
+def no_bubblewrap(monkeypatch):
+    """This process as on a machine without bubblewrap: PATH holds only the interpreter's folder (no `bwrap`)."""
+    from pit.evaluation import sandbox
+
+    monkeypatch.delenv("PIT_SANDBOX", raising=False)
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+    sandbox._bubblewrap.cache_clear()
+    yield
+    monkeypatch.undo()
+    sandbox._bubblewrap.cache_clear()
+
+
+def test_without_bubblewrap_code_is_scored_only_by_opt_in_and_every_score_says_so(
+    tmp_path, humaneval, capsys, no_bubblewrap
+):
+    """Issue 58: with bubblewrap missing the evaluator fell back to the weak sandbox by itself (where a program that
+    reads the answer key from disk passes), and neither the result JSON nor the summary line said so."""
+    from pit.commands import main
+
+    ids = list(humaneval.records)[:2]
+    path = write_jsonl(tmp_path / "s.jsonl", [{"task_id": i, "completion": humaneval.records[i]["canonical_solution"]}
+                                              for i in ids])  # fmt: skip
+    args = ["evaluate", "humaneval", "--samples", str(path), "--limit", "2"]
+    capsys.readouterr()
+    assert main(args) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "bubblewrap cannot run here (no bwrap executable on PATH)" in line and "--allow-weak-sandbox" in line
+    assert "allow_weak_sandbox: true" in line
+    assert main([*args, "--allow-weak-sandbox"]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == "humaneval: pass@1 = 1.0000 (2/2), covered 2/2, sandbox: weak (opted in)", out.out
+    assert "as opted in, code samples run in the weak sandbox" in out.err
+    assert main([*args, "--spec", json.dumps({"allow_weak_sandbox": True}), "--json"]) == 0  # the config's key
+    assert json.loads(capsys.readouterr().out)["sandbox"] == "weak (opted in)"
 
 
 def test_cli_takes_settings_from_a_spec(tmp_path, humaneval, capsys):
@@ -374,11 +455,13 @@ def test_cli_evaluates_several_tasks_with_one_model_load(tmp_path):
     client = mlflow.MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("ev").experiment_id])
     assert run.info.run_name == "eval-x" and run.info.status == "FINISHED"
-    tags = {k: run.data.tags[k] for k in ("stage", "mode", "slot", "interface", "task", "seed", "mlflow.source.name")}
+    keys = ("stage", "mode", "slot", "interface", "task", "seed", "mlflow.source.name", "sandbox")
+    tags = {k: run.data.tags[k] for k in keys}
     assert tags == {
         "stage": "evaluate", "mode": "scratch", "slot": "303m", "interface": "pit", "task": "gsm8k", "seed": "1",
-        "mlflow.source.name": "pit evaluate",
+        "mlflow.source.name": "pit evaluate", "sandbox": "none (exact match, no code run)",
     }  # fmt: skip
+    assert {printed[t]["sandbox"] for t in printed} == {"none (exact match, no code run)"}
     assert run.data.metrics == {
         "lora/gsm8k/accuracy": printed["gsm8k"]["accuracy"],
         "lora/svamp/accuracy": printed["svamp"]["accuracy"],

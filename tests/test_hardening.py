@@ -4,6 +4,9 @@ onto a folder with files."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from pit.commands import main
@@ -143,3 +146,51 @@ def test_a_micro_batch_that_cannot_fit_is_refused_before_the_first_step(tiny_dat
         and "GiB are available" in (err[-1])
     )
     assert not (tmp_path / "run" / "checkpoints").exists() and not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_a_user_file_named_like_a_temporary_is_never_deleted(tmp_path):
+    """Issue 58: user files named like our temporaries (`.NAME.old.tmp`, `.NAME.backup.tmp`) were deleted by the next
+    write of NAME; only `.NAME.pit-tmp-PID-XXXXXXXX.tmp` of a process that is gone is ours to remove."""
+    mine = {".results.json.old.tmp": "keep 1", ".results.json.backup.tmp": "keep 2", ".results.json.1-abc.tmp": "3"}
+    for name, text in mine.items():
+        (tmp_path / name).write_text(text)
+    dead = _dead_pid()
+    stale = tmp_path / f".results.json.pit-tmp-{dead}-abcd_123.tmp"
+    stale.mkdir()
+    write_json(tmp_path / "results.json", {"a": 1})
+    assert {name: (tmp_path / name).read_text() for name in mine} == mine
+    assert not stale.exists(), "a killed writer's temporary is ours: removed"
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+KILLED_BETWEEN_RENAMES = """
+import os, signal, sys
+from pit.io import atomic_path
+def hook(event, args):  # SIGKILL as the new folder is renamed into place: after the old one was moved aside
+    if event == "os.rename" and str(args[1]) == sys.argv[1]:
+        os.kill(os.getpid(), signal.SIGKILL)
+sys.addaudithook(hook)
+with atomic_path(sys.argv[1]) as tmp:
+    tmp.mkdir()
+    (tmp / "weights.bin").write_text("new")
+"""
+
+
+def test_a_folder_replacement_killed_between_its_renames_is_put_back(tmp_path):
+    """Issue 58: a kill between the two renames of a folder replacement left the destination missing, and the next
+    write of it deleted the only copy (the old one, beside it). It is put back first, then replaced as usual."""
+    dst = tmp_path / "final"
+    dst.mkdir()
+    (dst / "weights.bin").write_text("old")
+    killed = subprocess.run([sys.executable, "-c", KILLED_BETWEEN_RENAMES, str(dst)], capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert not dst.exists() and len(list(tmp_path.glob(".final.*.tmp"))) == 2  # the old copy and the new temporary
+    with pytest.raises(RuntimeError, match="a failed write"), atomic_path(dst):
+        raise RuntimeError("a failed write")  # the next write of the path fails: the old copy must survive it
+    assert (dst / "weights.bin").read_text() == "old" and not list(tmp_path.glob(".final.*"))

@@ -1,16 +1,23 @@
-"""No command replaces or deletes a folder it did not create (issue 29, part 2), across every command with --out.
+"""The output rule (pit/io.py, docs/reproducibility.md) across every command with an output (issues 29 and 58).
 
-Each `pit` command that takes `--out` is run with valid inputs onto a folder of results it did not write (a
-finished run's `final/`, `metrics.jsonl` and a note): it exits 2 with one line and the folder is exactly as it was,
-or (`table`, which writes OUT.md, OUT.csv, ... beside OUT) leaves it untouched. `test_every_out_command_is_covered`
-fails when a command gains `--out` without a row here.
+- Each `pit` command that takes `--out` is run with valid inputs onto a folder of results it did not write (a
+  finished run's `final/`, `metrics.jsonl` and a note): it exits 2 with one line and the folder is exactly as it
+  was, or (`table`, which writes OUT.md, OUT.csv, ... beside OUT) leaves it untouched.
+- Each is run with a destination that holds its source (is it, contains it, or lies inside it): one line, exit 2,
+  the source untouched, with or without --force (`pit export SRC DST --force` replaced the folder holding SRC).
+- Each command that writes files is run where an unrelated file of the same name lies (a user's CSV at
+  `pit evaluate --out`, a user's train.json where `pit data tokenize` puts its sidecar): refused, file unchanged.
+
+`test_every_out_command_is_covered` fails when a command gains `--out` without a row in each table.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,7 +38,7 @@ def js(obj: dict, **kw) -> str:
 # command -> (arguments with {P} the precious folder, the other names below; what the error line says, or None
 # when the command writes beside --out and exits 0)
 CASES = {
-    "data download": (["--spec", js(STDLIB_CORPUS, max_documents=2)], REFUSED),
+    "data download": (["--spec", js(STDLIB_CORPUS, glob="{TEXTS}/*.py", max_documents=3, val_fraction=0.3)], REFUSED),
     "data tokenizer": (["--name", "b", "--spec", js(BPE), "--corpus", "{MAN}"], REFUSED),
     "data tokenize": (["--corpus", "{MAN}", "--split", "val", "--tokenizer", "{TOK}"], REFUSED),
     "train": (["--spec-file", "{TRAIN}"], REFUSED),
@@ -53,10 +60,49 @@ CASES = {
         REFUSED,
     ),
     "mlflow export": (["--experiment", "ex", "--tracking-uri", "{DB}"], REFUSED),
-    "fixtures fineweb-edu": (["--glob", "@stdlib/json/*.py", "--max-bytes", "20000"], REFUSED),
+    "fixtures fineweb-edu": (["--glob", "{TEXTS}/*.py", "--max-bytes", "20000"], REFUSED),
     "fixtures teacher": (["--model", "cerebras-gpt-256m"], REFUSED),
     "export": (["{CKPT}"], REFUSED),  # `pit export SRC DST`: DST is positional
 }
+
+
+# command -> (its arguments as in CASES, or its own; the destination, which holds one of its sources). Commands that
+# read no file (table3, a random teacher) cannot hold a source: `table` is run as table1 on a results folder.
+HOLDS = {
+    **{command: (args, "{CKPT}/out.json") for command, (args, _) in CASES.items()},
+    "data download": (CASES["data download"][0], "{TEXTS}/corpus/manifest.json"),  # inside the glob's root
+    "data tokenizer": (CASES["data tokenizer"][0], "{CORPUS}"),  # is the corpus folder
+    "data tokenize": (CASES["data tokenize"][0], "{TOK}/val.bin"),  # inside the tokenizer folder
+    "train": (CASES["train"][0], "{TOK}/run"),
+    "lora train": (CASES["lora train"][0], "{CKPT}/lora"),
+    "lora merge": (CASES["lora merge"][0], "{CKPT}"),  # the base itself: merge replaced it
+    "convert-check": (CASES["convert-check"][0], "{TEACHER}/check.json"),
+    "table": (["table1", "--runs", "{TABLES}", "--profile", "default"], "{TABLES}/table1"),
+    "figure": (CASES["figure"][0], "{CKPT}/transition.png"),
+    "report": (CASES["report"][0], "{TABLES}/REPORT.md"),
+    "mlflow summary": (CASES["mlflow summary"][0], "{TABLES}/summary.json"),
+    "mlflow export": (CASES["mlflow export"][0], "{DBFILE}"),  # the store's database itself
+    "fixtures fineweb-edu": (CASES["fixtures fineweb-edu"][0], "{TEXTS}"),
+    "export": (["{HELD}", "--force"], "{HOLDER}"),  # DST contains SRC, with --force
+    "convert": (["{HELD}", "--kind", "tt", "--force"], "{HOLDER}"),
+}
+del HOLDS["fixtures teacher"]  # random weights: it reads nothing
+
+# command -> (arguments as in CASES, the file it writes, {a user's file of the same name there: its bytes})
+UNRELATED = {
+    "evaluate": (CASES["evaluate"][0], "data.csv", {"data.csv": b"id,label\n1,cat\n"}),
+    "data tokenize": (CASES["data tokenize"][0], "train.bin", {"train.json": b'{"lr": 0.001, "max_steps": 10}\n'}),
+    "data download": (
+        CASES["data download"][0],
+        "manifest.json",
+        {"manifest.json": b'{"name": "mine", "files": ["a.txt"]}\n'},
+    ),
+    "table": (CASES["table"][0], "notes", {"notes.md": b"# My notes\n\nKeep these.\n"}),
+    "report": (CASES["report"][0], "REPORT.md", {"REPORT.md": b"# Our own report\n"}),
+    "diagnose": (CASES["diagnose"][0], "diag.json", {"diag.json": b'["a", "list"]\n'}),
+    "mlflow export": (CASES["mlflow export"][0], "runs.jsonl", {"runs.jsonl": b'{"who": "me"}\n'}),
+}
+HOLDS_SOURCE = r"is its source|contains its source|lies inside its source"
 
 
 def out_commands() -> set[str]:
@@ -79,6 +125,7 @@ def out_commands() -> set[str]:
 
 def test_every_out_command_is_covered():
     assert out_commands() == set(CASES) - {"export"}  # export's DST is positional, covered too
+    assert set(HOLDS) == set(CASES) - {"fixtures teacher"} | {"convert"}  # convert's OUT is positional
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +149,9 @@ def inputs(tiny_data, tmp_path_factory):
     save_pretrained_atomic(model, ckpt, AutoTokenizer.from_pretrained(bpe["tokenizer"]))
     teacher = build_model("gpt2-tiny", vocab_size=TokenFile(gpt2["val"]).meta["vocab_size"], seed=0)
     teacher.save_pretrained(root / "teacher")
+    (root / "texts").mkdir()
+    for name in ("__init__.py", "decoder.py", "encoder.py"):
+        shutil.copy(Path(json.__file__).parent / name, root / "texts" / name)
     train = dict(mode="scratch", model="scratch-tiny", interface={"kind": "tt"}, train_data=bpe["train"],
                  val_data=bpe["val"], tokenizer=bpe["tokenizer"], seq_len=32, global_batch_tokens=256,
                  micro_batch_size=4, max_steps=2, warmup_steps=1, mlflow={"enabled": False})  # fmt: skip
@@ -120,6 +170,9 @@ def inputs(tiny_data, tmp_path_factory):
     mlflow.set_tracking_uri(db)
     mlflow.create_experiment("ex")
     return {
+        "TEXTS": root / "texts",
+        "CORPUS": Path(bpe["tokenizer"]).parents[1] / "corpus",
+        "DBFILE": root / "mlflow.db",
         "CKPT": ckpt,
         "ADAPTER": root / "lora-run" / "adapter",
         "TEACHER": root / "teacher",
@@ -166,3 +219,44 @@ def test_no_command_replaces_a_folder_it_did_not_write(command, inputs, tmp_path
         assert rc == 0 and (tmp_path / "results.md").is_file()
     else:
         assert rc == 2 and err and re.search(refused, err[-1]) and str(precious) in err[-1], (command, err)
+
+
+def tree(path: Path) -> dict[str, str]:
+    """{relative path: sha256} of a file, or of every file under a folder."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return {str(p.relative_to(path.parent)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+@pytest.mark.parametrize("command", sorted(HOLDS))
+def test_no_command_writes_where_it_reads(command, inputs, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    holder = tmp_path / "runs"
+    shutil.copytree(inputs["CKPT"], holder / "a" / "final")  # a run folder and its sibling, under one folder
+    (holder / "b").mkdir()
+    (holder / "b" / "metrics.jsonl").write_text('{"step": 1}\n')
+    values = {**{k: str(v) for k, v in inputs.items()}, "HELD": str(holder / "a" / "final"), "HOLDER": str(holder)}
+    args, dst = HOLDS[command]
+    argv = [*command.split(), *(fill(a, values) for a in args)]
+    argv += [fill(dst, values)] if command in ("export", "convert") else ["--out", fill(dst, values)]
+    watched = [Path(v) for v in values.values() if Path(v).exists() and not v.startswith("sqlite")]
+    before = {str(p): tree(p) for p in watched}
+    capsys.readouterr()
+    rc = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err and re.search(HOLDS_SOURCE, err[-1]) and fill(dst, values) in err[-1], (command, err)
+    assert {str(p): tree(p) for p in watched} == before, f"{command} changed one of its inputs"
+
+
+@pytest.mark.parametrize("command", sorted(UNRELATED))
+def test_no_command_replaces_an_unrelated_file_of_the_same_name(command, inputs, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    args, out, theirs = UNRELATED[command]
+    for name, data in theirs.items():
+        (tmp_path / name).write_bytes(data)
+    values = {k: str(v) for k, v in inputs.items()}
+    capsys.readouterr()
+    rc = main([*command.split(), *(fill(a, values) for a in args), "--out", str(tmp_path / out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err and "did not write" in err[-1], (command, err)
+    assert {name: (tmp_path / name).read_bytes() for name in theirs} == theirs
+    assert not list(tmp_path.glob(".*.tmp")), "temporaries left behind"

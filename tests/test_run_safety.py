@@ -202,15 +202,21 @@ def test_damaged_checkpoints_fall_back_to_the_newest_intact_one(tiny_data, tmp_p
     truncate(ckpts / "step-000004/model/model.safetensors")
     (ckpts / "step-999999").mkdir()
     (ckpts / "step-999999/trainer_state.pt").write_bytes(b"junk")
+    # a user's files in checkpoints/ (named like checkpoints, but not as save_checkpoint names them): never touched
+    shutil.copytree(ckpts / "step-000002", ckpts / "step-000002.keep")
     (ckpts / "step-junk").mkdir()
+    (ckpts / "NOTES.txt").write_text("lr looked high at step 4")
+    mine = {p: snapshot(p) if p.is_dir() else p.read_text() for p in (ckpts / "step-000002.keep", ckpts / "NOTES.txt")}
 
     with caplog.at_level(logging.WARNING, logger="pit.training"):
         train(PretrainArgs.from_dict(s), run)
     warned = caplog.text
-    for bad in ("step-999999", "step-junk", "step-000006", "step-000004"):
+    for bad in ("step-999999", "step-000006", "step-000004"):
         assert f"checkpoint {ckpts / bad} is damaged" in warned, warned
-    assert "falling back to step-000002" in warned
+    assert "falling back to step-000002" in warned and "step-junk" not in warned and ".keep" not in warned
     assert losses(run) == losses(ref) and same_weights(run / "final", ref / "final")
+    assert sorted(p.name for p in ckpts.iterdir()) == ["NOTES.txt", "step-000002.keep", "step-junk"]
+    assert {p: snapshot(p) if p.is_dir() else p.read_text() for p in mine} == mine
 
 
 def test_checkpoints_that_read_fine_but_hold_other_bytes_are_damaged(tiny_data, tmp_path, caplog):
@@ -231,12 +237,52 @@ def test_checkpoints_that_read_fine_but_hold_other_bytes_are_damaged(tiny_data, 
     weights[5].write_bytes(weights[3].read_bytes())  # another step's weights
     tensors = load_file(weights[4])
     save_file(dict(list(tensors.items())[1:]), weights[4])  # one tensor fewer
+    tensors = load_file(weights[3])  # a NaN weight, and the checksums that would tell deleted (issue 58)
+    name = next(iter(tensors))
+    tensors[name].view(-1)[0] = float("nan")
+    save_file(tensors, weights[3])
+    (ckpts / "step-000003/checksums.sha256").unlink()
     with caplog.at_level(logging.WARNING, logger="pit.training"):
         train(PretrainArgs.from_dict(s), run)
-    for bad in ("step-000006", "step-000005", "step-000004"):
+    for bad in ("step-000006", "step-000005", "step-000004", "step-000003"):
         assert f"checkpoint {ckpts / bad} is damaged" in caplog.text, caplog.text
-    assert "falling back to step-000003" in caplog.text
+    assert "no checksums.sha256: its files cannot be verified" in caplog.text
+    assert "falling back to step-000002" in caplog.text
     assert losses(run) == losses(ref) and same_weights(run / "final", ref / "final")
+
+
+def test_training_data_changed_under_a_stopped_run_is_refused_naming_the_file(tiny_data, tmp_path):
+    """Issue 58: token files replaced under a stopped run (same length, other ids) were not noticed: the run resumed
+    on two data sets and run.json's train_data_sha256 became the new file's. Its inputs are fixed at its start."""
+    data = tmp_path / "data"
+    shutil.copytree(Path(tiny_data["bpe2k"]["train"]).parent, data)
+    s = spec(tiny_data, train_data=str(data / "train.bin"), checkpoint_every=2)
+    run = tmp_path / "run"
+    assert train(PretrainArgs.from_dict(s | {"stop_after_steps": 4}), run) == {}
+    recorded = json.loads((run / "run.json").read_text())["params"]["train_data_sha256"]
+    before = snapshot(run)
+    tokens = (data / "train.bin").read_bytes()
+    (data / "train.bin").write_bytes(tokens[2:] + tokens[:2])  # same length and sidecar, other ids at each place
+    with pytest.raises(PitError, match="was trained on other inputs: train_data") as refused:
+        train(PretrainArgs.from_dict(s), run)
+    assert str(data / "train.bin") in str(refused.value) and recorded[:12] in str(refused.value)
+    assert "--overwrite" in str(refused.value) and snapshot(run) == before  # nothing deleted, run.json as it was
+
+
+def test_an_unfinished_run_with_other_settings_needs_overwrite(tiny_data, tmp_path, caplog):
+    """Issue 58: `pit train` onto an unfinished run's folder with other settings deleted its checkpoints and replaced
+    its metrics.jsonl with only a warning; like a finished one, it now needs --overwrite, which starts it over."""
+    s, run = spec(tiny_data, checkpoint_every=2), tmp_path / "run"
+    assert train(PretrainArgs.from_dict(s | {"stop_after_steps": 4}), run) == {}
+    before = snapshot(run)
+    other = PretrainArgs.from_dict(s | {"lr": 2e-3})
+    with pytest.raises(PitError, match="holds an unfinished run that cannot be continued: its checkpoint step-000004 "
+                       "belongs to a run with other settings"):  # fmt: skip
+        train(other, run)
+    assert snapshot(run) == before
+    with caplog.at_level(logging.WARNING, logger="pit.training"):
+        assert train(other, run, overwrite=True)["final_train_loss"] > 0
+    assert "starting the run over (--overwrite)" in caplog.text and len(losses(run)) == 8
 
 
 # --- one training, one MLflow run --------------------------------------------------------------------------------
@@ -271,7 +317,7 @@ def test_killed_after_mlflow_finished_before_snakemake_recorded_the_job(tiny_dat
     # SIGKILL inside the run's last act: MLflow says FINISHED, summary.json and final/ are written, the
     # trainer checkpoints are not removed yet
     argv = ["-m", "pit", "train", "--spec", json.dumps(s), "--out", str(run)]
-    killed = killed_at("shutil.rmtree", str(run / "checkpoints"), argv)
+    killed = killed_at("shutil.rmtree", str(run / "checkpoints/step-000006"), argv)  # the newest goes first
     assert killed.returncode == -9 and (run / "checkpoints").is_dir(), killed.stderr[-2000:]
     [finished] = mlflow_runs(s["mlflow"])
     assert finished.info.status == "FINISHED"
@@ -415,10 +461,12 @@ def test_a_killed_tokenization_leaves_no_mixed_pair_and_no_temporaries(tiny_data
         "import sys\nfrom pit.data.tokenize import tokenize_split\n"
         "tokenize_split(sys.argv[1], 'val', sys.argv[2], sys.argv[3])\n"
     )
-    # killed after the new tokens are in place, before their sidecar: the old sidecar must not describe them
-    killed = killed_at("os.rename", str(out.with_suffix(".json")), ["-c", code, str(manifest), tok, str(out)])
+    # killed as the new tokens are renamed into place, after their pending sidecar: neither sidecar may describe
+    # the tokens beside it as complete (a pending one is refused), and the next run may replace the pair
+    killed = killed_at("os.rename", str(out), ["-c", code, str(manifest), tok, str(out)])
     assert killed.returncode == -9, killed.stderr[-2000:]
-    assert list(tmp_path.glob(".val.json.*.tmp")), "the kill left no temporaries: it hit no write"
+    assert list(tmp_path.glob(".val.bin.*.tmp")), "the kill left no temporaries: it hit no write"
+    assert json.loads(out.with_suffix(".json").read_text())["pending"] is True
     with pytest.raises(PitError, match="expected it and its sidecar"):  # an incomplete pair: refused, never mixed
         TokenFile(out)
 

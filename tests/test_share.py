@@ -119,13 +119,18 @@ def test_verify_passes_on_the_pulled_clone_and_fails_on_a_planted_change(shared,
     ), jobs
     table = clone / "results/tables/table2.csv"
     lines = table.read_text().splitlines()
-    header, row = lines[0].split(","), lines[2].split(",")
+    header, first, row = lines[0].split(","), lines[1].split(","), lines[2].split(",")
     recorded = float(row[header.index("delta_ti")])
     row[header.index("delta_ti")] = repr(recorded + 0.5)  # a planted change of one number
-    table.write_text("\n".join([*lines[:2], ",".join(row), *lines[3:]]) + "\n")
+    first[header.index("delta_ti")] = "inf"  # a recorded non-finite value the rerun does not reproduce (issue 58)
+    table.write_text("\n".join([lines[0], ",".join(first), ",".join(row), *lines[3:]]) + "\n")
+    (clone / "results/tables/table2.json").unlink()  # a recorded file deleted from the checkout (issue 58)
     bad = tool(env, clone, *args, check=False)
     assert bad.returncode == 1, bad.stdout + bad.stderr
-    (line,) = [ln for ln in bad.stdout.splitlines() if "OUT OF TOLERANCE" in ln]
+    inf, line = [ln for ln in bad.stdout.splitlines() if "OUT OF TOLERANCE" in ln]
     assert line.startswith("results/tables/table2.csv row 2 (") and " delta_ti: recorded " in line, line
-    assert "[metric]" in line and bad.stdout.splitlines()[-1].endswith("1 out of tolerance")
+    assert "[metric]" in line and inf.startswith("results/tables/table2.csv row 1 (") and "recorded inf" in inf, inf
+    assert "[metric: not finite]" in inf
+    assert "results/tables/table2.json: MISSING from this checkout" in bad.stdout
+    assert bad.stdout.splitlines()[-1].endswith("2 out of tolerance, 1 recorded files missing")
     assert not list((clone / ".snakemake").glob("verify-*")), "the scratch folder was left behind"

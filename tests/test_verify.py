@@ -4,11 +4,12 @@ its stated tolerance. The rerun itself, on a pulled clone, is tested in test_sha
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
 
-from pit.tracking.verify import compare_file, compare_trees, compared, tolerance
+from pit.tracking.verify import compare_file, compare_trees, compared, tolerance, verdict
 
 
 def write(path, value):
@@ -170,3 +171,83 @@ def test_bad_scratch_folder_is_one_error_line(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.strip() == "pit verify: error: --scratch 'scratch' holds files: expected a new or empty folder"
+
+
+def test_a_non_finite_recorded_value_matches_only_itself(tmp_path):
+    """Issue 58: a recorded `inf` accepted any rerun value (|rerun - inf| <= abs + rel * inf)."""
+    rel = "results/pretrain/scratch/303m/pit/summary.json"
+    recorded = {"val_loss": math.inf, "delta_ti": -math.inf, "grad_norm": math.nan, "kl": 0.5, "val_ppl": math.inf}
+    rerun = {"val_loss": 5.0, "delta_ti": -math.inf, "grad_norm": math.nan, "kl": math.inf, "val_ppl": math.inf}
+    diffs = compare_file(rel, write(tmp_path / "a" / rel, recorded), write(tmp_path / "b" / rel, rerun))
+    assert lines(diffs) == [("val_loss", "loss: not finite", False), ("kl", "metric: not finite", False)]
+    csv_rel = "results/tables/table1.csv"
+    a = write(tmp_path / "a" / csv_rel, "mode,val_loss\nscratch,inf\n")
+    b = write(tmp_path / "b" / csv_rel, "mode,val_loss\nscratch,3.25\n")
+    assert lines(compare_file(csv_rel, a, b)) == [("row 1 (scratch) val_loss", "loss: not finite", False)]
+
+
+def test_a_recorded_file_that_is_missing_fails_verification(tmp_path):
+    """Issue 58: `pit verify` passed ("0 differences") when a recorded file had been deleted from the checkout."""
+    rel = "results/diagnostics/scratch/303m/pit/diagnostics.json"
+    write(tmp_path / "b" / rel, {"delta_ti": 1e-8})
+    (tmp_path / "a").mkdir()
+    diffs, done, missing = compare_trees(tmp_path / "a", tmp_path / "b", [rel])
+    printed, status = verdict(diffs, done, missing)
+    assert status == 1 and printed == [
+        f"{rel}: MISSING from this checkout (the rerun wrote it; deleted, or never made or pulled here): not verified",
+        "verified 0 files: 0 differences, 0 out of tolerance, 1 recorded files missing",
+    ]
+    write(tmp_path / "a" / rel, {"delta_ti": 1e-8})
+    assert verdict(*compare_trees(tmp_path / "a", tmp_path / "b", [rel])) == (
+        ["verified 1 files: 0 differences, 0 out of tolerance"],
+        0,
+    )
+
+
+def test_share_pull_fails_on_content_that_differs_from_dvc_lock(tmp_path, monkeypatch, capsys):
+    """Issue 58: `pit share pull` from a remote whose content was edited reported "Snakemake sees every output up to
+    date" (DVC checks a file output's hash as it fetches it, not the files of a folder output, and `dvc status` then
+    trusted what it had written). A tiny DVC project: one file output, one folder output, pushed to a folder remote,
+    cloned; the remote's copies of one file of each edited."""
+    from dvc.repo import Repo
+
+    from pit.commands import main
+
+    origin, clone, remote = tmp_path / "origin", tmp_path / "clone", tmp_path / "remote"
+    subprocess.run(["git", "init", "-q", str(origin)], check=True)
+    write(origin / "results/table.csv", "a,b\n1,2\n")
+    write(origin / "results/run/summary.json", {"val_loss": 3.0})
+    write(origin / "results/run/metrics.jsonl", '{"step": 1}\n')
+    write(origin / "config.yaml", "profile: tiny\n")
+    write(origin / "dvc.yaml", "vars:\n  - configfile: config.yaml\nstages:\n  s:\n    cmd: 'true'\n    outs:\n"
+                               "      - results/table.csv\n      - results/run\n")  # fmt: skip
+    Repo.init(str(origin)).close()
+    (origin / ".dvc/config").write_text(f"[core]\n    remote = shared\n['remote \"shared\"']\n    url = {remote}\n")
+    with Repo(str(origin)) as repo:
+        repo.commit(None, force=True)
+        repo.push()
+    subprocess.run(["git", "-C", str(origin), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(origin), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "r"],
+                   check=True)  # fmt: skip
+    subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
+    edited_file = "results/table.csv"
+    edited = {edited_file: b"a,b\n1,3\n", "results/run/summary.json": b'{"val_loss": 2.0}'}
+    for rel, data in edited.items():
+        obj = remote / "files/md5" / _md5_of(origin / rel)[:2] / _md5_of(origin / rel)[2:]
+        obj.chmod(0o644)
+        obj.write_bytes(data)
+    monkeypatch.chdir(clone)
+    capsys.readouterr()
+    assert main(["share", "pull"]) == 1
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert len(printed) == 3 and "2 differ from dvc.lock or are missing" in printed[2], printed
+    folder, file = sorted(printed[:2])  # a folder output's file DVC wrote; a file output's, which DVC dropped
+    assert folder.startswith("results/run/summary.json: md5 ") and "the one dvc.lock records" in folder
+    assert file == f"results/table.csv: missing after the pull (dvc.lock records md5 {_md5_of(origin / edited_file)})"
+    assert not (clone / ".snakemake").exists()  # nothing marked up to date
+
+
+def _md5_of(path) -> str:
+    import hashlib
+
+    return hashlib.md5(path.read_bytes()).hexdigest()

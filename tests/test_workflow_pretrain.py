@@ -256,6 +256,9 @@ def test_post_training_fills_table4_with_scores_gains_and_side_effects(pipeline)
         assert table[col].notna().all() and table[col].dtype.kind == "f", col
     assert (table["problems_mbpp"] == 2).all() and (table["problems_humaneval"] == 2).all()
     assert (table["standin_data"] == "mbpp-standin").all()  # HumanEval is the real data set
+    from pit.evaluation.sandbox import sandbox_label, sandbox_mode
+
+    assert set(table["sandbox"]) == {sandbox_label(sandbox_mode())}  # every score says how its code ran
     effects = pd.read_csv(workdir / "results/tables/table4_side_effects.csv")
     keys = ["mode", "slot", "method"]
     assert effects[keys].equals(table[keys])  # the same runs, in the same order

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pit.errors import PitError, yaml_error_text
+from pit.io import check_output, load_yaml
 
 
 def _read_file(value: str, flag: str, what: str) -> str:
@@ -22,6 +23,11 @@ def _read_file(value: str, flag: str, what: str) -> str:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise PitError(f"{flag} {value!r} cannot be read ({err}); expected {what}") from None
+
+
+def spec_path(value: str | None) -> str | None:
+    """The file a `--spec` names (None for an inline JSON object or no --spec): one of the command's sources."""
+    return value if value is not None and not value.lstrip().startswith("{") else None
 
 
 def read_spec(value: str | None, flag: str = "--spec") -> dict[str, Any]:
@@ -49,7 +55,7 @@ def read_config(value: str, flag: str = "--config", what: str = "the pipeline co
     text = value if inline else _read_file(value, flag, f"{what} (a JSON object, or a YAML/JSON file)")
     shown = "the inline JSON" if inline else repr(value)
     try:
-        config = json.loads(text) if inline else yaml.load(text, Loader=loader or yaml.SafeLoader)
+        config = json.loads(text) if inline else load_yaml(text, loader)
     except json.JSONDecodeError as err:
         raise PitError(f"{flag} {shown}: not valid JSON ({err}); expected a JSON object") from None
     except yaml.YAMLError as err:
@@ -59,6 +65,29 @@ def read_config(value: str, flag: str = "--config", what: str = "the pipeline co
     if not isinstance(config, dict):
         raise PitError(f"{flag} {shown}: expected a mapping ({what}), got {type(config).__name__}")
     return config
+
+
+def sqlite_file(uri: str | None) -> str | None:
+    """The database file of an MLflow `sqlite:///PATH` store URI (None for another kind of store)."""
+    return uri[len("sqlite:///") :] if isinstance(uri, str) and uri.startswith("sqlite:///") else None
+
+
+RESULT_STAGES = ("pretrain", "diagnostics", "posttrain")  # what a reader of the results root reads (claims, study)
+
+
+def stage_folders(root: str | None) -> list[str]:
+    """The folders a reader of the whole results root (`--runs results`: the claims, the study's tables) reads: its
+    sources for the output rule, so that it may write results/tables beside them."""
+    return [str(Path(root) / stage) for stage in RESULT_STAGES] if root else []
+
+
+def check_outputs(outputs, *sources, flag: str = "--out") -> None:
+    """The output rule (pit.io.check_output) for each of a command's `outputs` against every source it reads:
+    paths, lists of paths or None (skipped)."""
+    flat = [p for s in sources for p in (s if isinstance(s, (list, tuple)) else [s]) if p is not None]
+    for out in outputs:
+        if out is not None:
+            check_output(out, flat, flag)
 
 
 def _spec_type_ok(value, kind: type) -> bool:

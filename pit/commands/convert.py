@@ -16,11 +16,13 @@ from pathlib import Path
 
 from pit.core.interfaces import INTERFACE_KINDS, T_INITS, InterfaceConfig
 from pit.errors import PitError
+from pit.io import check_output
 from pit.models.access import model_delta_ti
 from pit.models.export import convert_checkpoint
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output(args.out, [args.src], "OUT")  # with or without --force: the source (a folder) is never replaced
     out = Path(args.out)
     if out.is_dir() and any(out.iterdir()) and not args.force:
         raise PitError(f"{args.out!r} exists and is not empty; pass --force to replace it with the conversion")
@@ -48,5 +50,9 @@ def register(sub) -> None:
     )
     p.add_argument("--t-power", type=float, default=1.0, help="exponent a of the power init, -1..1 (default 1)")
     p.add_argument("--trainable-z", action="store_true", help="PIT: train Z (polar retraction), not frozen")
-    p.add_argument("--force", action="store_true", help="replace OUT when it exists (its files are deleted)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace OUT when it exists (its files are deleted; never SRC or a folder holding it)",
+    )
     p.set_defaults(func=run)

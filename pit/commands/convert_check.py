@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from pit.analysis import convert_check as cc
+from pit.commands.common import check_outputs
 from pit.core.interfaces import T_INITS
 from pit.core.linalg import cpu_threads
 from pit.data.reader import TokenFile
@@ -24,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
         raise PitError(
             f"--windows {args.windows}, --seq-len {args.seq_len}, --threads {args.threads}: expected >= 1, >= 2, >= 1"
         )
+    check_outputs([args.out], args.teacher, args.val_data)
     configs = cc.init_configs(args.t_init, args.t_power)
     data = TokenFile(args.val_data)
     with cpu_threads(args.threads):

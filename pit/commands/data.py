@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
-from pit.commands.common import add_spec_argument, merge_spec, read_spec
+from pit.commands.common import add_spec_argument, check_outputs, merge_spec, read_spec
 from pit.errors import PitError
 
 TOKENIZE_DEFAULTS = {
@@ -21,9 +22,11 @@ _budget.__name__ = "integer or none"  # argparse names the type in its error: "i
 
 
 def _download(args) -> int:
-    from pit.data.download import download
+    from pit.data.download import download, spec_sources
 
-    manifest = download(read_spec(args.spec), args.out)
+    spec = read_spec(args.spec)
+    check_outputs([args.out], spec_sources(spec))
+    manifest = download(spec, args.out)
     print(
         f"corpus {manifest['name']}: {manifest['documents']} documents, {manifest['bytes']} bytes, "
         f"splits {manifest['splits']}"
@@ -42,6 +45,7 @@ def _download(args) -> int:
 def _tokenizer(args) -> int:
     from pit.data.tokenizers import build_tokenizer
 
+    check_outputs([args.out], args.corpus)
     meta = build_tokenizer(args.name, read_spec(args.spec), args.out, corpus=args.corpus)
     print(
         f"tokenizer {meta['name']}: vocab_size {meta['vocab_size']}, eos_id {meta['eos_id']}, "
@@ -55,6 +59,8 @@ def _tokenize(args) -> int:
     from pit.data.tokenize import tokenize_split
 
     merge_spec(args, read_spec(args.spec), TOKENIZE_DEFAULTS, TOKENIZE_TYPES)
+    out = Path(args.out)
+    check_outputs([out, out.with_suffix(".json")], args.corpus, args.tokenizer)
     if args.context_length is not None and args.context_length < 1:
         raise PitError(f"--context-length {args.context_length}: expected an integer >= 1 (or none)")
     if args.domain is not None:

@@ -10,7 +10,7 @@ import argparse
 import json
 
 from pit.analysis.diagnostics import diagnose, summary
-from pit.commands.common import add_spec_argument, merge_spec, read_spec
+from pit.commands.common import add_spec_argument, check_outputs, merge_spec, read_spec
 from pit.errors import PitError
 from pit.io import write_json
 from pit.training.runtime import resolve_device
@@ -20,6 +20,7 @@ DEFAULTS = {"positions": 512, "seq_len": 128, "bigram_tokens": 1_000_000, "seed"
 
 def run(args: argparse.Namespace) -> int:
     merge_spec(args, read_spec(args.spec), DEFAULTS)
+    check_outputs([args.out], args.checkpoint, args.val_data)
     if args.positions < 1 or args.bigram_tokens < 2:
         raise PitError(f"--positions {args.positions} and --bigram-tokens {args.bigram_tokens}: expected >= 1 and >= 2")
     if args.seq_len < 2 or args.seed < 0:

@@ -17,7 +17,7 @@ import math
 import sys
 from pathlib import Path
 
-from pit.commands.common import add_spec_argument, merge_spec, read_spec
+from pit.commands.common import add_spec_argument, check_outputs, merge_spec, read_spec, spec_path
 from pit.errors import PitError
 from pit.evaluation import evaluate as ev
 from pit.evaluation.evaluate import TASKS
@@ -37,6 +37,12 @@ SETTINGS = {
     "timeout": (float, 10.0, "wall-clock seconds per sandboxed sample, > 0 (default 10)"),
     "memory_mb": (int, 1024, f"address-space limit per sandboxed sample, MiB, at least {MIN_MEMORY_MB} (default 1024)"),
     "workers": (int, 2, "samples run in parallel, 1 to 16 (default 2)"),
+    "allow_weak_sandbox": (
+        bool,
+        False,
+        "where bubblewrap cannot run, score code samples in the weak sandbox (they can read this machine's files; "
+        "every score then records sandbox 'weak (opted in)'); without it that is an error",
+    ),
     "run_name": (str, None, "also log the scores as an MLflow run of this name"),
     "experiment": (str, "pit", "MLflow experiment (with --run-name; default pit)"),
     "tracking_uri": (str, None, "MLflow store (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)"),
@@ -108,6 +114,16 @@ def check_bounds(args) -> None:
             raise PitError(f"--{key.replace('_', '-')} {value}: expected a finite number {want}")
 
 
+def check_evaluate_outputs(args) -> None:
+    """The output rule (pit.io.check_output) for every file `pit evaluate` writes, against what it reads."""
+    outputs = list(args.out_dir or [])
+    if args.out is not None:
+        out = Path(args.out)
+        outputs += [out, out.with_suffix(".samples.jsonl"), ev.lm_eval_path(out)]
+    data = args.source if args.source not in ("offline", "hub") else None
+    check_outputs(outputs, args.model, args.tokenizer, args.samples, data, spec_path(args.spec))
+
+
 def announce_standins(tasks, command: str) -> None:
     """One stderr line per task that runs on offline stand-in data (pit/evaluation/standins.py)."""
     for task in tasks:
@@ -124,13 +140,17 @@ def run(args) -> int:
     merge_spec(args, read_spec(args.spec), {**{key: default for key, (_, default, _) in SETTINGS.items()}, "tags": {}})
     check_types(args)
     check_args(args)
+    check_evaluate_outputs(args)
     resolve_device(args.device)  # a device this machine has, before any model loads
     tasks = ev.load_tasks(args.tasks, args.source, args.limit)  # data errors before the model loads
+    sandbox = ev.evaluation_sandbox(tasks, args.allow_weak_sandbox)  # no bubblewrap, no opt-in: an error, here
     announce_standins(tasks.values(), "pit evaluate")
     limits = Limits(timeout=args.timeout, memory_mb=args.memory_mb)
     progress = True  # on stderr: a bar on a terminal, plain lines in a log (pit/progress.py); stdout holds the scores
     if args.samples is not None:
-        result = ev.score_samples(tasks[args.tasks[0]], args.samples, args.source, limits, args.workers, progress)
+        result = ev.score_samples(
+            tasks[args.tasks[0]], args.samples, args.source, limits, args.workers, progress, args.allow_weak_sandbox
+        )
         print(json.dumps(result, indent=2) if args.json else ev.summary(result))
         return 0
     sampling = ev.Sampling(
@@ -150,12 +170,13 @@ def run(args) -> int:
         limit=args.limit,
         sampling=sampling,
         tags=args.tags,
+        sandbox=sandbox,
     )
     results = ev.evaluate_models(
         tasks, args.model, ev.output_paths(args.tasks, len(args.model), args.out, args.out_dir),
         labels=args.label or [f"model{i}" for i in range(len(args.model))], tokenizer=args.tokenizer,
         device=args.device, sampling=sampling, limits=limits, workers=args.workers, source=args.source,
-        tracker=tracker, progress=progress, echo=None if args.json else print,
+        tracker=tracker, progress=progress, echo=None if args.json else print, allow_weak=args.allow_weak_sandbox,
     )  # fmt: skip
     if tracker is not None:
         tracker.finish()
@@ -184,6 +205,9 @@ def register(subparsers) -> None:
     p.add_argument("--tokenizer", help="tokenizer folder (default: the checkpoint folder)")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
     for key, (kind, _, help_text) in SETTINGS.items():
-        p.add_argument(f"--{key.replace('_', '-')}", type=kind, default=None, help=help_text)
+        if kind is bool:  # a switch: --allow-weak-sandbox
+            p.add_argument(f"--{key.replace('_', '-')}", action="store_true", default=None, help=help_text)
+        else:
+            p.add_argument(f"--{key.replace('_', '-')}", type=kind, default=None, help=help_text)
     add_spec_argument(p, ", ".join([*SETTINGS, "tags (MLflow run tags, an object)"]))
     p.set_defaults(func=run)

@@ -6,10 +6,12 @@ import argparse
 from pathlib import Path
 
 from pit.errors import PitError
+from pit.io import check_output
 from pit.models.export import export_checkpoint
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output(args.dst, [args.src], "DST")  # with or without --force: the source is never replaced
     dst = Path(args.dst)
     if dst.is_dir() and any(dst.iterdir()) and not args.force:
         raise PitError(f"{args.dst!r} exists and is not empty; pass --force to replace it with the export")
@@ -27,5 +29,9 @@ def register(sub) -> None:
     )
     p.add_argument("src", help="project checkpoint folder (save_pretrained)")
     p.add_argument("dst", help="output folder (a new one: an existing folder that is not empty needs --force)")
-    p.add_argument("--force", action="store_true", help="replace DST when it exists (its files are deleted)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace DST when it exists (its files are deleted; never SRC or a folder holding it)",
+    )
     p.set_defaults(func=run)

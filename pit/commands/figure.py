@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pit.commands.common import check_outputs, stage_folders
 from pit.errors import PitError
 from pit.reporting import figures
 
@@ -30,6 +31,8 @@ def _check(args: argparse.Namespace) -> None:
 
 def cmd_figure(args: argparse.Namespace) -> int:
     _check(args)
+    runs = stage_folders(args.runs) if args.name == "claims" else args.runs  # claims: --runs is the results root
+    check_outputs([args.out, args.out_dir], runs, args.checkpoint)
     if args.name == "claims":  # one PNG per group of claims
         from pit.reporting.claims import parse_design
 

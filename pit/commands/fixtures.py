@@ -9,8 +9,11 @@ from pit.errors import PitError
 
 
 def _fineweb(args: argparse.Namespace) -> int:
+    from pit.commands.common import check_outputs
+    from pit.data.download import spec_sources
     from pit.data.hub_fixture import write_fineweb_fixture
 
+    check_outputs([args.out], spec_sources({"source": "local", "glob": args.glob}))
     facts = write_fineweb_fixture(args.out, args.glob, args.exclude, args.max_bytes, args.shard_documents)
     print(
         f"FineWeb-Edu-format folder {args.out}: {facts['documents']} documents, {facts['bytes']} bytes of text in "

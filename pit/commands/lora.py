@@ -15,6 +15,7 @@ import logging
 import sys
 from pathlib import Path
 
+from pit.commands.common import check_outputs
 from pit.commands.run_settings import add_run_arguments, module_doc, print_config, run_settings
 from pit.commands.train import run_training
 from pit.training.args import LoraArgs
@@ -53,6 +54,7 @@ def run_merge(args: argparse.Namespace) -> int:
     from pit.models.checkpoint import write_model_card
     from pit.training import lora
 
+    check_outputs([args.out], args.base, args.adapter)
     merged = lora.merge_adapter(args.base, args.adapter)
     with atomic_path(args.out) as tmp:
         merged.save_pretrained(tmp, safe_serialization=True)

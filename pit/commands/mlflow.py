@@ -16,7 +16,7 @@ import argparse
 import os
 import sys
 
-from pit.commands.common import read_config
+from pit.commands.common import check_outputs, read_config, sqlite_file
 from pit.errors import PitError
 from pit.tracking.summary import log_summary
 from pit.tracking.sync import sync_run
@@ -37,6 +37,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     if not args.experiment.strip():
         raise PitError(f"--experiment {args.experiment!r}: expected an experiment name, e.g. pit-default")
+    check_outputs([args.out], sqlite_file(tracking_uri(args.tracking_uri)))
     n = export_runs(args.out, args.experiment, args.tracking_uri)
     print(f"{args.out}: {n} runs of experiment {args.experiment!r}")
     return 0
@@ -53,6 +54,8 @@ def _config(args: argparse.Namespace) -> dict:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
+    sources = (args.config_file, args.tables, args.figures, args.report, sqlite_file(tracking_uri(args.tracking_uri)))
+    check_outputs([args.out], *sources)
     record = log_summary(_config(args), args.tables, args.figures, args.report, args.out, args.tracking_uri)
     if record["logged"]:
         print(

@@ -12,18 +12,20 @@ import argparse
 from pathlib import Path
 
 from pit.commands.common import read_config
-from pit.io import write_text
-from pit.reporting.report import build_report, report_html
+from pit.io import check_output, opens_with, write_text
+from pit.reporting.report import REPORT_TITLE, build_report, report_html
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     config = read_config(args.config, "--config")
     out = Path(args.out)
+    for dst in (out, out.with_suffix(".html")):
+        check_output(dst, [args.config, args.tables, args.figures, args.runs, args.captions])
     runs = Path(args.runs) if Path(args.runs).is_dir() else None
     captions = Path(args.captions) if Path(args.captions).is_dir() else None
     text = build_report(config, Path(args.tables), Path(args.figures), out, runs, captions)
-    write_text(out, text)
-    write_text(out.with_suffix(".html"), report_html(text))
+    write_text(out, text, opens_with(f"# {REPORT_TITLE}"))
+    write_text(out.with_suffix(".html"), report_html(text), opens_with(f"<title>{REPORT_TITLE}</title>"))
     print(f"report: {out} and {out.with_suffix('.html')}")
     return 0
 

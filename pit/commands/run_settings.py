@@ -17,6 +17,7 @@ from typing import Any
 
 from pit.commands.common import read_config, read_spec
 from pit.errors import PitError, yaml_error_text
+from pit.io import load_yaml
 from pit.training.args import ArgsError, bounds_text, field_default, field_docs, field_type
 
 
@@ -80,7 +81,8 @@ def add_run_arguments(p: argparse.ArgumentParser, args_class) -> None:
         "--overwrite",
         action="store_true",
         help="replace a finished run with other settings in --out (the old result stays until the new one is "
-        "complete); without it such a folder is refused, and one that holds this run finished is left as it is",
+        "complete), or start over an unfinished one with other settings or changed inputs; without it such a folder "
+        "is refused, one that holds this run finished is left as it is, and this run unfinished is resumed",
     )
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = settings_help(args_class)
@@ -97,7 +99,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not sep or not all(parts):
         raise PitError(f"--set {text!r}: expected KEY=VALUE, e.g. lr=1e-3 or interface.kind=tt")
     try:
-        return parts, yaml.load(raw, Loader=settings_loader())
+        return parts, load_yaml(raw, settings_loader())
     except yaml.YAMLError as err:
         raise PitError(f"--set {text!r}: the value is not valid YAML ({yaml_error_text(err)[1]})") from None
 

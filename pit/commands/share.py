@@ -5,8 +5,9 @@
 
 `push` refuses while `snakemake -n` plans jobs (the outputs would not match the code and config), records
 every stage's outputs in dvc.lock and DVC's cache, and pushes them to the remote (default: the one
-.dvc/config names). `pull` fetches the outputs dvc.lock records, refuses unless `dvc status` is then clean,
-marks them up to date for Snakemake (their modification times in DAG order, Snakemake's metadata) and
+.dvc/config names). `pull` fetches the outputs dvc.lock records, checks every pulled file against the hash
+dvc.lock records (one line per file that differs or is missing, then exit 1), refuses unless `dvc status` is
+then clean, marks them up to date for Snakemake (their modification times in DAG order, Snakemake's metadata) and
 imports the MLflow runs of results/mlflow/runs.jsonl into the profile's store. Afterwards `snakemake -n`
 has nothing to do, `dvc status` is clean and `pit runs` lists the runs. The profile is dvc.yaml's
 `vars.configfile`. Run from the checkout's root (docs/reproducibility.md).
@@ -32,6 +33,13 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 def cmd_pull(args: argparse.Namespace) -> int:
     result = pull(Path.cwd(), args.remote, args.tracking_uri)
+    if result["problems"]:
+        print("\n".join(result["problems"]))
+        print(
+            f"pulled {result['fetched']} files; {len(result['problems'])} differ from dvc.lock or are missing: not "
+            "marked up to date for Snakemake, no MLflow run imported (pull from a remote with the recorded content)"
+        )
+        return 1
     print(
         f"pulled {result['fetched']} files; Snakemake sees every output up to date; imported {result['imported']} "
         f"MLflow runs ({result['present']} already in the store)"

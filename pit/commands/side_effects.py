@@ -9,6 +9,7 @@ import argparse
 import json
 
 from pit.analysis import side_effects as fx
+from pit.commands.common import check_outputs
 from pit.data.reader import TokenFile
 from pit.errors import PitError
 from pit.io import write_json
@@ -18,6 +19,7 @@ from pit.models.checkpoint import load_model
 def run(args: argparse.Namespace) -> int:
     if args.windows < 1 or args.seq_len < 2:
         raise PitError(f"--windows {args.windows}, --seq-len {args.seq_len}: expected >= 1 and >= 2")
+    check_outputs([args.out], args.before, args.after, args.val_data)
     data = TokenFile(args.val_data)
     for checkpoint in (args.before, args.after):
         data.check_checkpoint(checkpoint)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pit.commands.common import check_outputs, stage_folders
 from pit.errors import PitError
 from pit.io import write_text
 from pit.reporting import study_tables
@@ -27,9 +28,11 @@ def cmd_table(args: argparse.Namespace) -> int:
     if name != "table3" and not args.runs:
         raise PitError(f"{name} reads run folders: pass --runs <root of <mode>/<slot>/<interface>/>")
     notes = list(args.note or [])
-    if name in ("claims", *study_tables.BUILDERS) and not any(
-        (Path(args.runs) / stage).is_dir() for stage in ("pretrain", "diagnostics", "posttrain")
-    ):
+    stem = Path(args.out)
+    outputs = [stem.with_suffix(s) for s in (".md", ".csv", ".tex", ".json", ".html", ".sha256")]
+    reads_root = name in ("claims", *study_tables.BUILDERS)  # --runs is the results root: its stages are read
+    check_outputs([*outputs, f"{args.out}_seeds.csv"], stage_folders(args.runs) if reads_root else args.runs)
+    if reads_root and not any(Path(p).is_dir() for p in stage_folders(args.runs)):
         raise PitError(f"--runs {args.runs}: no pretrain/, diagnostics/ or posttrain/ there; expected the results root")
     if name == "claims":  # the per-seed table beside it, and how each claim's metric is computed under it
         seeds = per_seed_table(args.runs)

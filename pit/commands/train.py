@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from pit.commands.common import check_outputs, spec_path
 from pit.commands.run_settings import add_run_arguments, module_doc, print_config, run_settings
 from pit.errors import PitError
 from pit.training.args import PretrainArgs
@@ -24,6 +25,7 @@ def run_training(args: argparse.Namespace, settings, train, summary_line) -> int
     run, finished). The host memory policy is set as `pit` starts (training/allocator.py)."""
     if args.out is None:
         raise PitError("--out is required (the run folder); only --print-config runs without it")
+    check_outputs([args.out], *settings.input_paths().values(), args.config, args.spec_file, spec_path(args.spec))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     summary = train(settings, args.out, overwrite=args.overwrite)
     done = getattr(summary, "message", None)  # a FinishedRun (pit/training/run_folder.py): --out holds this run

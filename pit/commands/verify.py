@@ -8,8 +8,9 @@ The recorded results are this checkout's (made here or pulled with `pit share pu
 Snakemake on this checkout's workflow in a scratch folder (`--directory`), so nothing here changes. Each
 file the rerun wrote is compared with the recorded one: data files bit-exact, numbers within the
 tolerance of their kind (losses relative 1e-3, perplexities 1e-2, scores absolute 0.05, other metrics
-relative 1e-2 above 1e-6; pit/tracking/verify.py lists them and why). One line per number that differs;
-exit status 1 when any is out of tolerance, 0 otherwise. The profile is dvc.yaml's `vars.configfile`
+relative 1e-2 above 1e-6; a non-finite recorded value only by the same value; pit/tracking/verify.py lists
+them and why). One line per number that differs and per recorded file that is missing; exit status 1 when
+any number is out of tolerance or any file missing, 0 otherwise. The profile is dvc.yaml's `vars.configfile`
 unless --configfile. Run from the checkout's root (docs/reproducibility.md).
 """
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from pit.errors import PitError
 from pit.tracking.share import tracked_profile
-from pit.tracking.verify import compare_trees, rerun
+from pit.tracking.verify import compare_trees, rerun, verdict
 
 
 def _scratch(args: argparse.Namespace, root: Path) -> Path:
@@ -43,19 +44,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise PitError(f"--configfile {str(configfile)!r} does not exist (expected a profile, e.g. config/config.yaml)")
     scratch = _scratch(args, root)
     try:
-        written = rerun(root, (root / configfile).resolve(), args.targets, scratch, args.rules, args.cores)
+        written, inputs_missing = rerun(
+            root, (root / configfile).resolve(), args.targets, scratch, args.rules, args.cores
+        )
         diffs, done, missing = compare_trees(root, scratch, written)
     finally:
         if args.scratch is None and not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
-    for diff in diffs:
-        print(diff.line())
-    for rel in missing:
-        print(f"{rel}: not recorded in this checkout (nothing to compare)")
-    out = sum(not d.within for d in diffs)
+    lines, status = verdict(diffs, done, inputs_missing + missing)
     where = f"; scratch folder {scratch}" if args.keep or args.scratch else ""
-    print(f"verified {len(done)} files: {len(diffs)} differences, {out} out of tolerance{where}")
-    return 1 if out else 0
+    print("\n".join(lines) + where)
+    return status
 
 
 def register(sub) -> None:

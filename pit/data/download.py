@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pit.errors import PitError
-from pit.io import atomic_path, sha256_file, write_json
+from pit.io import atomic_path, opens_with, sha256_file, write_json
 from pit.progress import progress_bar
 
 STDLIB = "@stdlib"  # glob prefix: the running interpreter's standard library folder
@@ -88,6 +88,17 @@ def local_files(pattern: str, exclude: list[str]) -> tuple[Path, list[str]]:
     if not paths:
         raise PitError(f"corpus glob {pattern!r} (expanded to {expanded!r}) matches no files")
     return root, paths
+
+
+def spec_sources(spec: dict[str, Any]) -> list[str]:
+    """The local folders a corpus spec reads (the glob's root; a hub id that is a local folder): the sources the
+    output rule keeps a download's folder out of (pit.io.check_output)."""
+    if not isinstance(spec, dict):
+        return []
+    if spec.get("source") == "local" and isinstance(spec.get("glob"), str):
+        return [str(glob_root(spec["glob"].replace(STDLIB, sysconfig.get_paths()["stdlib"], 1)))]
+    hub_id = spec.get("hub_id")
+    return [hub_id] if isinstance(hub_id, str) and Path(hub_id).is_dir() else []
 
 
 def as_text(data: bytes) -> tuple[str | None, str | None]:
@@ -177,7 +188,7 @@ def _write_chunk(folder: Path, index: int, rows: list[dict[str, Any]]) -> dict[s
         columns = [key for key in picked[0] if key not in ("split", "nbytes")]
         table = pa.table({key: [row[key] for row in picked] for key in columns})
         name = f"{split}-{index:05d}.parquet"
-        with atomic_path(folder / name) as tmp:
+        with atomic_path(folder / name, replaces=opens_with("PAR1", 4)) as tmp:  # a shard: a Parquet file
             pq.write_table(table, tmp)
         chunk[split] = {"file": name, "rows": len(picked), "sha256": sha256_file(folder / name)}
     return chunk
@@ -190,6 +201,14 @@ def download(spec: dict[str, Any], manifest_path: str | os.PathLike) -> dict[str
         raise PitError(
             f"--out {str(manifest_path)!r} is a folder; expected the manifest file, e.g. <folder>/manifest.json"
         )
+    if Path(manifest_path).exists():  # the output rule (pit.io): only a manifest is replaced, checked before work
+        try:
+            read_manifest(manifest_path)
+        except PitError:
+            raise PitError(
+                f"{str(manifest_path)!r} is a file `pit data download` did not write (not a corpus "
+                "manifest): nothing was replaced (choose another --out, or remove it yourself)"
+            ) from None
     folder = Path(manifest_path).parent
     progress = _load_progress(folder, spec) if folder.exists() else None
     if progress is None or not progress["finished"]:

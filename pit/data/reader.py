@@ -60,6 +60,11 @@ class TokenFile:
                 f"token file {str(self.path)!r}: expected it and its sidecar {sidecar.name} (run `pit data tokenize`)"
             )
         self.meta: dict[str, Any] = read_sidecar(sidecar)
+        if self.meta.get("pending"):  # pit data tokenize writes it before the tokens, the complete one after them
+            raise PitError(
+                f"token file {str(self.path)!r}: expected it and its sidecar, but {sidecar.name} is pending (its "
+                "`pit data tokenize` was interrupted): run it again"
+            )
         dtype = np.dtype(self.meta["dtype"])
         expected = self.meta["tokens"] * dtype.itemsize
         if self.path.stat().st_size != expected:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from pit.data.download import iter_text_batches, read_manifest
+from pit.data.reader import read_sidecar
 from pit.data.tokenizers import load_tokenizer, tiktoken_encoding
 from pit.errors import PitError
 from pit.io import atomic_path, write_json
@@ -207,6 +208,7 @@ def tokenize_split(
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker process
     out = Path(out)
     sidecar_path = out.with_suffix(".json")
+    check_pair_replaceable(out)  # before any work
     # Fork before anything starts threads (tqdm, Parquet reads); workers load their own tokenizer.
     use_pool = encoding is None and workers > 1
     pool = multiprocessing.get_context("fork").Pool(workers, _init_worker, init_args) if use_pool else None
@@ -219,7 +221,7 @@ def tokenize_split(
             results = map(_encode_batch, batches)
         else:
             results = _in_order(pool, batches, depth=4 * workers)
-        with atomic_path(out) as tmp, open(tmp, "wb") as f:
+        with atomic_path(out, replaces=lambda old: True) as tmp, open(tmp, "wb") as f:  # (checked above)
             n_tokens, n_docs = write_tokens(f, results, token_budget, bar)
             f.flush()
             if context_length is not None and n_tokens < context_length + 1:
@@ -227,12 +229,39 @@ def tokenize_split(
                     f"{split} split tokenized with {meta['name']!r} holds {n_tokens} tokens, fewer than one window "
                     f"of context_length + 1 = {context_length + 1}: enlarge the corpus"
                 )
-            sidecar_path.unlink(missing_ok=True)  # never a new token file beside the old sidecar
+            encoder = (
+                f"tiktoken {version('tiktoken')}" if encoding is not None else f"tokenizers {version('tokenizers')}"
+            )
+            sidecar = _sidecar(split, meta, manifest, encoder, dtype, n_tokens, n_docs, token_budget, domain)
+            # never a new token file beside the old sidecar: until the complete one below, a pending one (refused)
+            write_json(sidecar_path, {**sidecar, "pending": True}, replaces=is_token_sidecar)
     finally:
         if pool is not None:
             pool.terminate()
         bar.close()
-    encoder = f"tiktoken {version('tiktoken')}" if encoding is not None else f"tokenizers {version('tokenizers')}"
-    sidecar = _sidecar(split, meta, manifest, encoder, dtype, n_tokens, n_docs, token_budget, domain)
-    write_json(sidecar_path, sidecar)
+    write_json(sidecar_path, sidecar, replaces=is_token_sidecar)
     return sidecar
+
+
+def is_token_sidecar(path: Path) -> bool:
+    """Whether `path` is a token file's sidecar (complete or pending): what `pit data tokenize` may replace."""
+    try:
+        read_sidecar(path)
+    except PitError:
+        return False
+    return True
+
+
+def check_pair_replaceable(out: Path) -> None:
+    """The output rule (pit.io) for a token file: an existing `.json` beside `out` must be a token file's sidecar
+    and an existing `out` must have one (a pair an earlier `pit data tokenize` made, or was interrupted writing);
+    anything else is a PitError, before any work."""
+    sidecar = out.with_suffix(".json")
+    if sidecar.exists() and not is_token_sidecar(sidecar):
+        raise PitError(f"{str(sidecar)!r} is a file `pit data tokenize` did not write (not a token file's sidecar), "
+                       f"where the sidecar of {out.name} goes: nothing was replaced (choose another --out, or remove "
+                       "it yourself)")  # fmt: skip
+    if out.exists() and not sidecar.is_file():
+        kind = "a folder" if out.is_dir() else "a file without a sidecar"
+        raise PitError(f"{str(out)!r} is {kind}: a file `pit data tokenize` did not write, so nothing was replaced "
+                       "(choose another --out, or remove it yourself)")  # fmt: skip

@@ -10,7 +10,8 @@ likelihood of pit.evaluation.likelihood: "nll", "nll_tokens", "nll_problems", ..
 made with: date, commit, prompt template, decoding, problems; `protocol`) to `<out>`, and the same score
 in lm-evaluation-harness's results layout to `<task>.lm_eval.json` beside it (`lm_eval_results`), all written
 atomically. With a tracker the scores are also an MLflow run: metrics `<label>/<task>/pass_at_1` or
-`<label>/<task>/accuracy` and `<label>/<task>/nll` at step 0, the result files as artifacts. See
+`<label>/<task>/accuracy` and `<label>/<task>/nll` at step 0, the result files as artifacts, and the
+tag `sandbox` (how the code tasks' samples ran, as each result's key `sandbox` and summary line say). See
 docs/evaluation.md.
 """
 
@@ -24,8 +25,8 @@ from pathlib import Path
 from pit.errors import PitError
 from pit.evaluation.generate import generate, load
 from pit.evaluation.likelihood import reference_nll
-from pit.evaluation.sandbox import Limits
-from pit.evaluation.tasks import SPECS, Task, load_task, score
+from pit.evaluation.sandbox import Limits, sandbox_label, sandbox_mode
+from pit.evaluation.tasks import NO_CODE_RUN, SPECS, Task, load_task, score
 from pit.io import write_json, write_text
 
 TASKS = tuple(SPECS)  # humaneval, mbpp, gsm8k, svamp
@@ -78,13 +79,22 @@ def metric_name(result: dict) -> str:
 
 
 def summary(result: dict) -> str:
-    """One line: the score over the benchmark and how many of its problems had a completion."""
+    """One line: the score over the benchmark, how many of its problems had a completion, and how it was obtained
+    (the sandbox the code ran in)."""
     metric = metric_name(result)
     marker = " (STAND-IN data)" if result["standin"] else ""
     covered = f", covered {result['covered']}/{result['n']}" if "covered" in result else ""
     nll = f", reference nll = {result['nll']:.4f} nats/token" if result.get("nll") is not None else ""
     value = f"{metric} = {result[metric]:.4f} ({result['passed']}/{result['n']})"
-    return f"{result['task']}: {value}{covered}{nll}{marker}"
+    return f"{result['task']}: {value}{covered}{nll}, sandbox: {result.get('sandbox', 'not recorded')}{marker}"
+
+
+def evaluation_sandbox(tasks: dict[str, Task], allow_weak: bool = False) -> str:
+    """How the tasks' code samples will run (`sandbox_label`; NO_CODE_RUN when no task runs code), decided before any
+    model loads: without bubblewrap and without the opt-in `allow_weak` a code task is a PitError here."""
+    if not any(task.spec.kind == "code" for task in tasks.values()):
+        return NO_CODE_RUN
+    return sandbox_label(sandbox_mode(allow_weak))
 
 
 def protocol(task: Task, sampling: Sampling | None, prompts: list[str], checkpoint: str | Path = "") -> dict:
@@ -139,9 +149,10 @@ def score_samples(
     limits: Limits = Limits(),
     workers: int = 2,
     progress: bool = False,
+    allow_weak: bool = False,
 ) -> dict:
     """The result of a samples file on `task` (its data read from `source`), with its `protocol` (no decoding)."""
-    result = score(task, read_samples(path), limits, workers=workers, progress=progress)
+    result = score(task, read_samples(path), limits, workers=workers, progress=progress, allow_weak=allow_weak)
     result["source"] = source
     result["protocol"] = protocol(task, None, [task.prompt(i) for i in task.records])
     return result
@@ -171,6 +182,7 @@ def evaluate_task(
     progress: bool = False,
     source: str = "offline",
     checkpoint: str | Path = "",
+    allow_weak: bool = False,
 ) -> dict:
     """Generate one completion per problem, write them to `<out>.samples.jsonl`, score, add the reference
     solutions' NLL on the same problems (pit.evaluation.likelihood), write the result to `out` (no file when
@@ -181,7 +193,7 @@ def evaluate_task(
     samples = dict(zip(ids, completions))
     if out is not None:
         write_samples(out.with_suffix(".samples.jsonl"), samples)
-    result = score(task, samples, limits, workers=workers, progress=progress)
+    result = score(task, samples, limits, workers=workers, progress=progress, allow_weak=allow_weak)
     result.update(source=source, model=str(checkpoint))
     result.update(reference_nll(model, tokenizer, prompts, [task.solution(t) for t in ids], sampling.batch_size))
     result["protocol"] = protocol(task, sampling, prompts, checkpoint)
@@ -269,9 +281,10 @@ def start_tracker(
     limit: int | None,
     sampling: Sampling,
     tags: dict | None = None,
+    sandbox: str = NO_CODE_RUN,
 ):
-    """The MLflow run of an evaluation with its params, or None without a run name; tagged stage=evaluate and
-    `tags` (the pipeline's: mode, slot, interface, task, profile, seed)."""
+    """The MLflow run of an evaluation with its params, or None without a run name; tagged stage=evaluate,
+    `sandbox` (`evaluation_sandbox`) and `tags` (the pipeline's: mode, slot, interface, task, profile, seed)."""
     if not run_name:
         return None
     from pit.tracking.tracker import Tracker
@@ -280,7 +293,10 @@ def start_tracker(
     if bad:
         raise PitError(f"MLflow tags {bad}: expected a string or number per tag")
     tracker = Tracker(
-        tracking_uri, experiment, run_name, {**{k: str(v) for k, v in (tags or {}).items()}, "stage": "evaluate"}
+        tracking_uri,
+        experiment,
+        run_name,
+        {**{k: str(v) for k, v in (tags or {}).items()}, "stage": "evaluate", "sandbox": sandbox},
     )
     tracker.log_params(
         {
@@ -321,6 +337,7 @@ def evaluate_models(
     tracker=None,
     progress: bool = False,
     echo: Callable[[str], None] | None = print,
+    allow_weak: bool = False,
 ) -> list[dict[str, dict]]:
     """Every task on every checkpoint (one model load each): per checkpoint, {task: result}.
 
@@ -342,6 +359,7 @@ def evaluate_models(
                 progress=progress,
                 source=source,
                 checkpoint=checkpoint,
+                allow_weak=allow_weak,
             )
             if tracker is not None:
                 log_result(tracker, label, name, results[name], paths[name])

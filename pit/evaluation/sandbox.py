@@ -21,10 +21,12 @@ Isolation comes from bubblewrap (`bwrap`, the sandbox Flatpak uses), in one of t
   (1_000_000 + 16 * pid + slot), so RLIMIT_NPROC holds and the sweep after each sample kills exactly that uid.
 - "bwrap-user" (not root, unprivileged user namespaces allowed): the same view in a user namespace, no uid switch
   and no RLIMIT_NPROC (it would count all of the user's processes).
-- "weak" (no usable bwrap): rlimits, a new session, a scratch cwd; the harness's hook also refuses sockets and
-  /proc; as root the sample runs as the slot's private uid too (it cannot signal, prlimit or ptrace the evaluator,
-  nor write root's files). The sample can read the host's files. A one-line warning says so. PIT_SANDBOX=bwrap
-  makes it an error instead; PIT_SANDBOX=weak forces it.
+- "weak" (no usable bwrap, and only by explicit opt-in): rlimits, a new session, a scratch cwd; the harness's hook
+  also refuses sockets and /proc; as root the sample runs as the slot's private uid too (it cannot signal, prlimit
+  or ptrace the evaluator, nor write root's files). The sample can read the host's files (a wrong program that reads
+  the answer key from disk passes). Without bubblewrap `sandbox_mode()` is an error unless the caller opts in
+  (`allow_weak`: `pit evaluate --allow-weak-sandbox`, config `posttrain.evaluate.allow_weak_sandbox: true`), or
+  PIT_SANDBOX=weak forces the weak mode; every score records the mode it got (`sandbox_label`).
 
 Memory and processes are bounded for the sample as a whole, fork children included, by a cgroup per sample (v2 where
 memory and pids are delegated to us, else v1 memory + pids) with memory = `memory_mb` and pids = `nproc`; the
@@ -125,31 +127,56 @@ class Result:
         return self.status == "passed"
 
 
+WEAK_OPT_IN = "pit evaluate --allow-weak-sandbox, or posttrain.evaluate.allow_weak_sandbox: true in the config"
+
+
 @functools.cache
-def sandbox_mode() -> str:
-    """The isolation: "bwrap-root", "bwrap-user" or "weak" (see the module docstring), decided once per process."""
-    wanted = os.environ.get("PIT_SANDBOX", "auto")
-    if wanted not in ("auto", "bwrap", "weak"):
-        raise PitError(f"PIT_SANDBOX={wanted!r}: expected 'auto', 'bwrap' or 'weak'")
+def _bubblewrap() -> tuple[str, str | None]:
+    """(the bwrap mode for this user, why bubblewrap cannot run here or None), decided once per process."""
+    mode = "bwrap-root" if os.geteuid() == 0 else "bwrap-user"
+    return mode, _bwrap_problem(mode)
+
+
+def sandbox_mode(allow_weak: bool = False) -> str:
+    """The isolation: "bwrap-root" or "bwrap-user" where bubblewrap runs; else "weak" only when `allow_weak` (the
+    caller's explicit opt-in, with a one-line warning) or PIT_SANDBOX=weak (which forces it), else a PitError naming
+    the problem and the opt-in (see the module docstring)."""
+    wanted = os.environ.get("PIT_SANDBOX", "bwrap")
+    if wanted not in ("bwrap", "weak"):
+        raise PitError(f"PIT_SANDBOX={wanted!r}: expected 'bwrap' (the default) or 'weak'")
     if wanted == "weak":
         return "weak"
-    mode = "bwrap-root" if os.geteuid() == 0 else "bwrap-user"
-    problem = _bwrap_problem(mode)
+    mode, problem = _bubblewrap()
     if problem is None:
         return mode
-    if wanted == "bwrap":
-        raise PitError(f"PIT_SANDBOX=bwrap, but bubblewrap cannot run here: {problem}")
+    if not allow_weak:
+        raise PitError(
+            f"bubblewrap cannot run here ({problem}), and code samples are only run without it by explicit opt-in "
+            f"(the weak sandbox lets them read this machine's files): install bubblewrap (scripts/setup.sh), or opt "
+            f"in with {WEAK_OPT_IN}"
+        )
+    _warn_weak(problem)
+    return "weak"
+
+
+@functools.cache
+def _warn_weak(problem: str) -> None:
     print(
-        f"pit: warning: bubblewrap cannot run here ({problem}); code samples run without namespaces or a "
-        "private file system (install bubblewrap: scripts/setup.sh; see docs/evaluation.md)",
+        f"pit: warning: bubblewrap cannot run here ({problem}); as opted in, code samples run in the weak sandbox, "
+        "without namespaces or a private file system (scores record it: sandbox 'weak (opted in)')",
         file=sys.stderr,
     )
-    return "weak"
+
+
+def sandbox_label(mode: str) -> str:
+    """How a score was obtained, as its result JSON, summary line, tables and MLflow tag `sandbox` say it:
+    "bubblewrap" or "weak (opted in)"."""
+    return "weak (opted in)" if mode == "weak" else "bubblewrap"
 
 
 def isolated() -> bool:
     """True when samples run in bubblewrap's namespaces (see `sandbox_mode`)."""
-    return sandbox_mode() != "weak"
+    return _bubblewrap()[1] is None and os.environ.get("PIT_SANDBOX", "bwrap") != "weak"
 
 
 def sandbox_uid(slot: int) -> int:
@@ -180,10 +207,10 @@ class _Sample:
 def run_python(program: str | Program, limits: Limits = Limits(), slot: int = 0, mode: str | None = None) -> Result:
     """Run a program in a fresh sandbox: a `Program` with tests is scored by them (the module docstring); a str is
     a plain program, which passes iff its code runs to its end (exit status 0; smoke tests only). `mode` (default
-    `sandbox_mode()`) may ask for "weak" where bwrap works."""
+    `sandbox_mode()`, which refuses the weak mode without an opt-in) may ask for "weak" explicitly."""
     program = Program(program) if isinstance(program, str) else program
     mode = mode or sandbox_mode()
-    if mode not in ("weak", sandbox_mode()):
+    if mode != "weak" and mode != sandbox_mode():
         raise PitError(f"sandbox mode {mode!r}: expected 'weak' or {sandbox_mode()!r} here")
     uid = _private_uid(slot)
     sample = _Sample(mode, uid, None, tempfile.mkdtemp(prefix="pit-sandbox-"))
@@ -209,12 +236,13 @@ def run_many(
     progress: bool = False,
     mode: str | None = None,
 ) -> list[Result]:
-    """Run programs `workers` at a time, each worker slot with its own uid; results in input order."""
+    """Run programs `workers` at a time, each worker slot with its own uid; results in input order. `mode`: see
+    `run_python` (a scorer passes the mode `sandbox_mode(allow_weak)` gave it)."""
     from pit.progress import progress_bar
 
     if not 1 <= workers <= 16:  # sandbox_uid gives each evaluator process 16 uids
         raise PitError(f"workers = {workers}: expected 1 to 16")
-    sandbox_mode()  # decide (and warn) once, before the threads start
+    mode = mode or sandbox_mode()  # decided once, before the threads start
     _cgroup_bases()
     slots = list(range(workers))
     bar = progress_bar(total=len(programs), desc="sandbox", disable=not progress)

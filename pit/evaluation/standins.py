@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import random
 
-# MBPP stand-in families: (text, reference code, function name, expected(args), argument generator).
+# MBPP stand-in families: (text, reference code, function name, expected(args), argument generator[, generator of
+# arguments given k, for a family whose usual arguments can all give one value: `_not_constant`'s draws]).
 # The tests are computed from `expected`, and each reference passes them (tests/test_evaluation.py).
 MBPP_FAMILIES = [
     (
@@ -81,6 +82,7 @@ MBPP_FAMILIES = [
         "words_longer_than_{k}",
         lambda k, s: [w for w in s.split() if len(w) > k],
         lambda rng: (" ".join(rng.choice(["a", "to", "the", "code", "python", "function", "test"]) for _ in range(5)),),
+        lambda rng, k: (" ".join(["the", "x" * (k + 1 + rng.randint(0, 3)), "code"]),),  # a word longer than k
     ),
     (
         "Write a function to compute x to the power {k} modulo m.",
@@ -106,24 +108,44 @@ def _fib(a: int, n: int) -> int:
     return a
 
 
+def _not_constant(name: str, k, family: tuple, tests: list[str], values: list, rng: random.Random) -> None:
+    """Make the asserts of one task fail for every constant function (`return False`, `0`, `[]`, `None`, `pass`):
+    while the expected values are all equal, the last assert is drawn again (from `rng`, the task's own, so the
+    other tasks' records stay as they were; with the family's generator given k where it has one). A constant c
+    passes iff c == every expected value."""
+    expected, args, varied = family[3], family[4], family[5:]
+    for _ in range(1000):
+        if any(v != values[0] for v in values):
+            return
+        a = varied[0](rng, k) if varied else args(rng)
+        values[-1] = expected(k, *a)
+        tests[-1] = f"assert {name}({', '.join(map(repr, a))}) == {values[-1]!r}"
+    raise AssertionError(f"no argument of {name} gives another value than {values[0]!r}")  # a family to fix
+
+
 def mbpp_standin(size: int | None = None, seed: int | None = None, split: str = "test") -> list[dict]:
-    """STAND-IN for MBPP: tasks from MBPP_FAMILIES with seeded parameters and 3 asserts each.
+    """STAND-IN for MBPP: tasks from MBPP_FAMILIES with seeded parameters and 3 asserts each, whose expected values
+    are not all equal, so no constant function passes a task (`_not_constant`; reference solutions pass all).
     test: 100 tasks, seed 0, constants 2-9 / letters a-e; train: 400 tasks, seed 1, constants 10-40 /
     letters x-z, so no training function is a test function."""
     train = split == "train"
-    rng, rows = random.Random(seed if seed is not None else int(train)), []
+    base_seed = seed if seed is not None else int(train)
+    rng, rows = random.Random(base_seed), []
     for i in range(size or (400 if train else 100)):
-        text, code, fn, expected, args = MBPP_FAMILIES[i % len(MBPP_FAMILIES)]
+        family = MBPP_FAMILIES[i % len(MBPP_FAMILIES)]
+        text, code, fn, expected, args = family[:5]
         if "{c}" in text:
             k = rng.choice("xyz" if train else "abcde")
         else:
             k = rng.randint(10, 40) if train else rng.randint(2, 9)
         fill = {"c": k} if "{c}" in text else {"k": k}
         name = fn.format(**fill)
-        tests = []
+        tests, values = [], []
         for _ in range(3):
             a = args(rng)
-            tests.append(f"assert {name}({', '.join(map(repr, a))}) == {expected(k, *a)!r}")
+            values.append(expected(k, *a))
+            tests.append(f"assert {name}({', '.join(map(repr, a))}) == {values[-1]!r}")
+        _not_constant(name, k, family, tests, values, random.Random(base_seed * 1_000_003 + i))
         rows.append(
             {
                 "task_id": (5000 if train else 1000) + i,

@@ -14,7 +14,11 @@ tables mark it. `source` may also be the path of a JSON or
 JSONL file of records. Records without a task's fields are a `PitError` that names the fields.
 
 Code tasks (humaneval, mbpp) are scored pass@1 by running the tests in the sandbox; math tasks
-(gsm8k, svamp) by numeric exact match of the extracted final answer (pit.evaluation.answers).
+(gsm8k, svamp) by numeric exact match of the extracted final answer (pit.evaluation.answers). A code
+record without tests is refused when the task loads (any sample would pass it). Every result records
+how it was obtained in its key `sandbox` (`sandbox_label`: "bubblewrap", "weak (opted in)"; math:
+`NO_CODE_RUN`). The tests themselves (a task file's, the hub's) are trusted: they run outside the
+sandbox, in the evaluator's helper process, as the evaluator's user (docs/evaluation.md).
 """
 
 from __future__ import annotations
@@ -27,12 +31,13 @@ from typing import Any
 
 from pit.errors import PitError
 from pit.evaluation import answers, standins
-from pit.evaluation.sandbox import Limits, Program, run_many
+from pit.evaluation.sandbox import Limits, Program, run_many, sandbox_label, sandbox_mode
 from pit.io import read_jsonl
 
 CODEX_STOPS = ["\nclass", "\ndef", "\n#", "\nif", "\nprint"]  # HumanEval (Chen et al., 2021)
 MBPP_STOPS = ["[DONE]", "\nassert", "\nif __name__", "\nprint(", "\n```"]
 MATH_STOPS = ["\n\n", "\nQuestion:"]
+NO_CODE_RUN = "none (exact match, no code run)"  # the `sandbox` of a math task's result
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,7 +141,9 @@ class Task:
         r = self.records[task_id]
         if "entry_point" in r:  # HumanEval: the completion continues the prompt; the tests' check(entry point)
             return Program(f"{r['prompt']}{completion}\n", f"{r['test']}\n", r["entry_point"], setup=r["prompt"])
-        tests, setup = "\n".join(r["test_list"]) or "pass", r.get("test_setup_code") or ""  # never a plain program
+        tests, setup = "\n".join(r["test_list"]), r.get("test_setup_code") or ""
+        if not tests.strip():  # (refused when the task loads: check_tests)
+            raise PitError(f"{self.name} task {task_id!r} has no tests: any sample would pass it")
         return Program(f"{setup}\n{completion}\n", f"{tests}\n", setup=setup)
 
     def solution(self, task_id: str) -> str:
@@ -173,6 +180,8 @@ def load_task(name: str, source: str = "offline", limit: int | None = None, spli
     else:
         rows, label = _read_records(Path(source)), source
     check_fields(rows, spec.fields, label)
+    if spec.kind == "code":
+        check_tests(rows, spec, label)
     standin = bool(rows) and all(r.get("standin", False) for r in rows)
     rows = rows[:limit] if limit is not None else rows
     records = {spec.task_id(r, i): r for i, r in enumerate(rows)}
@@ -201,6 +210,21 @@ def check_fields(rows: list[dict], fields: tuple[str, ...], label: str) -> None:
         )
 
 
+def check_tests(rows: list[dict], spec: TaskSpec, label: str) -> None:
+    """Every record of a code task has tests (MBPP: a non-empty `test_list` of non-empty strings; HumanEval: a
+    non-empty `test`): a record without them passes any sample, even `pass`."""
+    for i, r in enumerate(rows):
+        tests = r.get("test_list", r.get("test"))
+        ok = (isinstance(tests, str) and tests.strip()) or (
+            isinstance(tests, list) and tests and all(isinstance(t, str) and t.strip() for t in tests)
+        )
+        if not ok:
+            raise PitError(
+                f"data set {label!r}: record {spec.task_id(r, i)!r} has no tests ({json.dumps(tests)[:60]}); expected "
+                "at least one test per code task (a task without tests passes any sample)"
+            )
+
+
 def _read_records(path: Path) -> list[dict]:
     """The records of a JSON file (a list of objects) or a JSONL file (one object per line)."""
     if not path.is_file():
@@ -218,19 +242,28 @@ def _read_records(path: Path) -> list[dict]:
 
 
 def score(
-    task: Task, completions: dict[str, str], limits: Limits = Limits(), workers: int = 2, progress: bool = False
+    task: Task,
+    completions: dict[str, str],
+    limits: Limits = Limits(),
+    workers: int = 2,
+    progress: bool = False,
+    allow_weak: bool = False,
 ) -> dict[str, Any]:
     """Score one completion per task id over the whole benchmark (`task.records`); a task without a completion
-    counts as failed (status "missing"). {"task", "metric": value, "n", "passed", "covered", "standin", "results"}:
-    `n` is the number of problems, `covered` how many had a completion."""
+    counts as failed (status "missing"). {"task", "metric": value, "n", "passed", "covered", "standin", "sandbox",
+    "results"}: `n` is the number of problems, `covered` how many had a completion, `sandbox` how the code ran
+    (`allow_weak`: the opt-in to the weak sandbox where bubblewrap cannot run, pit.evaluation.sandbox)."""
     unknown = sorted(set(completions) - set(task.records))
     if unknown:
         raise PitError(f"{len(unknown)} task id(s) are not in {task.name}, e.g. {', '.join(map(repr, unknown[:3]))}")
     ids = list(completions)
     if task.spec.kind == "code":
-        metric, results = "pass@1", _run_tests(task, completions, limits, workers, progress)
+        mode = sandbox_mode(allow_weak)
+        metric, results = "pass@1", _run_tests(task, completions, limits, workers, progress, mode)
+        sandbox = sandbox_label(mode)
     else:
         metric, results = "accuracy", {i: _exact_match(task, i, completions[i]) for i in ids}
+        sandbox = NO_CODE_RUN
     for i in task.records:
         if i not in results:
             results[i] = {"passed": False, "status": "missing", "detail": "no completion for this task"}
@@ -242,14 +275,17 @@ def score(
         "passed": passed,
         "covered": len(ids),
         "standin": task.standin,
+        "sandbox": sandbox,
         "results": results,
     }
 
 
-def _run_tests(task: Task, completions: dict[str, str], limits: Limits, workers: int, progress: bool) -> dict:
-    """pass@1 of a code task: each completion's test program run in the sandbox."""
+def _run_tests(
+    task: Task, completions: dict[str, str], limits: Limits, workers: int, progress: bool, mode: str
+) -> dict:
+    """pass@1 of a code task: each completion's test program run in the sandbox (`mode`)."""
     ids = list(completions)
-    outcomes = run_many([task.program(i, completions[i]) for i in ids], limits, workers, progress)
+    outcomes = run_many([task.program(i, completions[i]) for i in ids], limits, workers, progress, mode)
     return {i: {"passed": o.passed, "status": o.status, "detail": o.detail} for i, o in zip(ids, outcomes)}
 
 

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from pit.errors import PitError, yaml_error_text
+from pit.io import load_yaml
 from pit.pipeline.profile import Profile
 
 SCHEMA_PATH = Path("workflow", "schemas", "config.schema.yaml")  # in a checkout; the workflow passes its own
@@ -31,7 +32,7 @@ def read_profile(path) -> dict:
     import yaml
 
     try:
-        config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        config = load_yaml(Path(path).read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
         mark, problem = yaml_error_text(err)
         where = f":{mark[0]}:{mark[1]}" if mark else ""

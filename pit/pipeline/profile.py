@@ -14,8 +14,8 @@ from pit.pipeline.layout import (
     run_file,
     stand_in_file,
     table_stem,
-    token_file,
     teacher_eval_dir,
+    token_file,
     tokenizer_dir,
 )
 

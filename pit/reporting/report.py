@@ -19,6 +19,7 @@ from pit.io import read_json
 from pit.reporting.captions import caption_name
 from pit.reporting.tables import slot_key, table_notes  # noqa: F401  (table_notes: the notes each table carries)
 
+REPORT_TITLE = "PIT reproduction report"  # REPORT.md's and REPORT.html's opening (pit report replaces only those)
 # the tables REPORT.md shows, in order, with their headings
 REPORT_TABLES = {
     "table1": "Table 1",
@@ -388,7 +389,7 @@ def build_report(
     if not tables.is_dir() or not any(tables.glob("*.md")):
         raise PitError(f"--tables {tables}: no tables there; expected the folder `pit table` writes (*.md)")
     parts = [
-        f"# PIT reproduction report: profile `{config['profile']}`",
+        f"# {REPORT_TITLE}: profile `{config['profile']}`",
         "",
         *summary_section(config, tables, runs),
         *provenance(config, runs.parent if runs is not None else None),
@@ -426,6 +427,6 @@ def report_html(markdown: str) -> str:
         "padding:2px 6px;white-space:nowrap}em{color:#333}"
     )
     return (
-        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>PIT reproduction report</title>'
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{REPORT_TITLE}</title>'
         f"<style>{style}</style></head>\n<body>\n{body}</body></html>\n"
     )

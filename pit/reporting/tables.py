@@ -244,6 +244,7 @@ def posttrain_runs(post_root: str | Path) -> list[dict]:
                 "seed": seed,
                 "lora": lora,
                 "standin": sorted({r["task"] for r in results if r.get("standin")}),
+                "sandbox": sorted({r.get("sandbox", "not recorded") for r in results if "pass@1" in r}),
                 "problems": {t: n for record in lora.values() for t, n in record["problems"].items()},
             }
         )
@@ -269,6 +270,7 @@ def _table4_scores_row(run: dict) -> dict:
             row[f"base_nll_{t}"] = r["base_nll"].get(t)
     row.update({f"problems_{t}": n for t, n in run["problems"].items()})
     row["standin_data"] = ", ".join(run["standin"]) or "none"
+    row["sandbox"] = ", ".join(run["sandbox"]) or "no code run"
     return row
 
 
@@ -406,6 +408,9 @@ TABLE_NOTES = {
         "prompts, in nats per reference token (pooled over the problems scored). Not a quantity of the paper. "
         "Sets in `standin_data` are offline stand-ins, not the real benchmarks; `problems_<task>` = problems "
         "scored in that set. One seed, no intervals.",
+        "`sandbox` = where the code tasks' samples ran (every result JSON records it): `bubblewrap` (namespaces, a "
+        "private file system), or `weak (opted in)` (no bubblewrap on that machine: the samples could read its "
+        "files, so a wrong program that reads the answers passes; docs/evaluation.md).",
     ],
     "table4_side_effects": [
         "`gain_<task>` = the in-domain score minus the base model's, in points; `nll_gain_<task>` = base minus "
@@ -549,6 +554,32 @@ def table_html(shown: pd.DataFrame, caption: str, notes: list[str]) -> str:
     )
 
 
+SIDECAR_KEYS = {"table", "caption", "profile", "columns", "notes"}
+
+
+TABLE_SUFFIXES = (".md", ".csv", ".tex", ".json", ".html")  # a table set's files; <stem>.sha256 lists them
+
+
+def table_files_owned(out_stem: str | Path) -> bool:
+    """Whether the files <stem>.* are a table set `write_table` made (pit.io's output rule): its <stem>.json is a
+    table's sidecar, or its <stem>.sha256 lists only the set's files (`sha256sum` lines). The set's other files vary
+    with the profile and settings, so they are known by these two (either may be gone: Snakemake removes a job's
+    outputs before it runs it again, a kill leaves a set without its manifest)."""
+    stem = Path(out_stem)
+    try:
+        record = json.loads(stem.with_suffix(".json").read_text())
+        if isinstance(record, dict) and set(record) == SIDECAR_KEYS:
+            return True
+    except (OSError, ValueError):
+        pass
+    try:
+        lines = stem.with_suffix(".sha256").read_text().splitlines()
+    except (OSError, ValueError):
+        return False
+    names = {stem.with_suffix(s).name for s in TABLE_SUFFIXES}
+    return bool(lines) and all(re.fullmatch(r"[0-9a-f]{64}  (.+)", ln) and ln[66:] in names for ln in lines)
+
+
 def write_table(df: pd.DataFrame, out_stem: str | Path, name: str, profile: str, notes: list[str] = ()) -> None:
     """Write <stem>.csv (a plain table: header row, then values; numbers unformatted, runtimes in seconds),
     <stem>.json (caption, profile, notes, each column's type and unit), and for people <stem>.md, <stem>.tex and
@@ -573,4 +604,4 @@ def write_table(df: pd.DataFrame, out_stem: str | Path, name: str, profile: str,
         out_stem.with_suffix(".json"): json_text(table_sidecar(df, name, profile, notes)),
         out_stem.with_suffix(".html"): table_html(shown, caption, list(notes)),
     }
-    write_file_set(texts, table_manifest(out_stem))
+    write_file_set(texts, table_manifest(out_stem), replaces=lambda old: table_files_owned(out_stem))

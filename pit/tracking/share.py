@@ -8,23 +8,27 @@ particular order (modification times do not follow the DAG) and there is no .sna
 
 - `push`: refuses while Snakemake has jobs left (the outputs would not match the code and config), then
   `dvc commit --force` (records every stage's outputs in dvc.lock and the cache) and `dvc push`.
-- `pull`: `dvc pull`, then refuses unless `dvc status` is clean (the pulled outputs match this checkout's code and
-  config), then `snakemake --touch --forceall` (marks them up to date, in DAG order, with Snakemake's metadata) and
-  imports results/mlflow/runs.jsonl into the profile's MLflow store (`pit mlflow sync results/mlflow`).
+- `pull`: `dvc pull`, then checks every pulled file against the hash dvc.lock records for it (`lock_problems`: DVC
+  checks a file output's hash as it fetches it, but not the files of a folder output, and its `dvc status` trusts the
+  hashes it noted as it wrote them), then refuses unless `dvc status` is clean (the pulled outputs match this
+  checkout's code and config), then `snakemake --touch --forceall` (marks them up to date, in DAG order, with
+  Snakemake's metadata) and imports results/mlflow/runs.jsonl into the profile's MLflow store
+  (`pit mlflow sync results/mlflow`).
 
 The profile is the one DVC tracks (`vars.configfile` in dvc.yaml). Commands run from the checkout's root.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
 from pit.errors import PitError
+from pit.io import load_yaml
 from pit.progress import Steps
 from pit.tracking.transfer import EXPORT_FILE, import_runs
 
@@ -37,7 +41,7 @@ def tracked_profile(root: Path) -> Path:
     dvc_yaml = root / "dvc.yaml"
     if not dvc_yaml.is_file():
         raise PitError(f"no dvc.yaml in {str(root)!r}; expected the root of a pit-repro checkout (run from there)")
-    for entry in yaml.safe_load(dvc_yaml.read_text()).get("vars", []):
+    for entry in (load_yaml(dvc_yaml.read_text()) or {}).get("vars", []):
         if isinstance(entry, dict) and "configfile" in entry:
             return Path(entry["configfile"])
     raise PitError(f"{str(dvc_yaml)!r} names no profile: expected `configfile` under `vars`")
@@ -166,14 +170,77 @@ def push(root: Path, remote: str | None = None) -> dict:
     return {"pushed": pushed, "lock_changed": diff.returncode != 0}
 
 
+def _md5(path: Path) -> str:
+    h = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _out_problems(root: Path, out: dict, cache_path) -> list[str]:
+    """One line per file of one dvc.lock output (`out`: path, md5; a folder's md5 ends in .dir and names its listing
+    in the cache, [{relpath, md5}]) that is missing here or whose md5 differs from the recorded one."""
+    path, md5 = out.get("path"), out.get("md5")
+    if not isinstance(md5, str):
+        return []  # another hash kind, or not cached: DVC did not pull it
+    if not md5.endswith(".dir"):
+        files = [(path, md5)]
+    else:
+        listing = Path(cache_path(md5))
+        if not listing.is_file() or _md5(listing) != md5.removesuffix(".dir"):
+            return [f"{path}: DVC's listing of the folder ({md5}) is missing or damaged in the cache: its files cannot "
+                    "be checked against dvc.lock"]  # fmt: skip
+        files = [(f"{path}/{entry['relpath']}", entry["md5"]) for entry in json.loads(listing.read_text())]
+    problems = []
+    for rel, digest in files:
+        if not (root / rel).is_file():
+            problems.append(f"{rel}: missing after the pull (dvc.lock records md5 {digest})")
+        elif _md5(root / rel) != digest:
+            problems.append(f"{rel}: md5 {_md5(root / rel)} differs from {digest}, the one dvc.lock records (the "
+                            "remote's copy was changed or damaged)")  # fmt: skip
+    return problems
+
+
+def lock_problems(root: Path, cache_path) -> list[str]:
+    """Every pulled file checked against dvc.lock (`_out_problems`); `cache_path(md5)`: where DVC's cache keeps an
+    object. Hashing the pulled outputs costs about as much as reading them (seconds per GB)."""
+    lock = load_yaml((root / "dvc.lock").read_text()) if (root / "dvc.lock").is_file() else None
+    stages = (lock or {}).get("stages") or {}
+    return [
+        line
+        for stage in stages.values()
+        for out in stage.get("outs", [])
+        for line in _out_problems(root, out, cache_path)
+    ]
+
+
+def _pull(repo, remote: str | None) -> dict:
+    """`dvc pull`; outputs it could not write (it drops a fetched file whose hash differs) are left to
+    `lock_problems`, which names each, rather than being one error for all."""
+    from dvc.exceptions import CheckoutError
+
+    try:
+        return repo.pull(remote=remote)
+    except CheckoutError:
+        return {}
+
+
 def pull(root: Path, remote: str | None = None, uri: str | None = None) -> dict:
-    """Pull the outputs dvc.lock records, mark them up to date for Snakemake and import the MLflow runs:
-    {'fetched': files, 'imported': runs, 'present': runs already in the store}. Each phase is a line on stderr as
-    it starts (pit.progress.Steps)."""
-    steps = Steps("pit share pull", total=4, unit="phase")
+    """Pull the outputs dvc.lock records, check them against it, mark them up to date for Snakemake and import the
+    MLflow runs: {'fetched': files, 'imported': runs, 'present': runs already in the store, 'problems': []}; with
+    'problems' (one line per file that is missing or differs from dvc.lock) nothing is marked or imported. Each
+    phase is a line on stderr as it starts (pit.progress.Steps)."""
+    steps = Steps("pit share pull", total=5, unit="phase")
     with _repo(root) as repo:
         steps.line(f"dvc pull: the outputs dvc.lock records, from the remote {remote or '(default)'}", 1)
-        result = _dvc("pull", lambda: repo.pull(remote=remote))
+        result = _dvc("pull", lambda: _pull(repo, remote))
+        steps.line("checking every pulled file against dvc.lock", 1)
+        problems = lock_problems(root, repo.cache.local.oid_to_path)
+        if problems:
+            steps.close()
+            return {"fetched": result.get("stats", {}).get("fetched", 0), "imported": 0, "present": 0,
+                    "problems": problems}  # fmt: skip
         steps.line("dvc status: the pulled outputs against this checkout's code and config", 1)
         changed = _dvc("status", lambda: repo.status())
     if changed:
@@ -184,7 +251,7 @@ def pull(root: Path, remote: str | None = None, uri: str | None = None) -> dict:
     steps.line("snakemake --touch --forceall: every output up to date, in the DAG's order", 1)
     snakemake(root, "--touch", "--forceall", "--cores", "1")
     imported = present = 0
-    profile = yaml.safe_load((root / tracked_profile(root)).read_text()) or {}
+    profile = load_yaml((root / tracked_profile(root)).read_text()) or {}
     settings = profile.get("mlflow") or {}
     if settings.get("enabled", True) and (root / EXPORT).is_file():
         steps.line(f"importing the MLflow runs of {EXPORT}", 1)
@@ -192,4 +259,5 @@ def pull(root: Path, remote: str | None = None, uri: str | None = None) -> dict:
     else:
         steps.line("no MLflow runs to import (MLflow off, or no export)", 1)
     steps.close()
-    return {"fetched": result.get("stats", {}).get("fetched", 0), "imported": imported, "present": present}
+    fetched = result.get("stats", {}).get("fetched", 0)
+    return {"fetched": fetched, "imported": imported, "present": present, "problems": []}

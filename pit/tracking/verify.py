@@ -19,6 +19,10 @@ Every file the rerun wrote is compared with the recorded file of the same path, 
   float32 training differs in the last bits of each step (reduction order, vector width), which a few dozen steps
   amplify to ~1e-5 relative in a loss; the tolerances leave a margin of two orders of magnitude and still catch a
   change of code, data or settings.
+- a recorded value that is not finite (inf, -inf, NaN) matches only the same value in the rerun: no tolerance
+  covers it (|rerun - inf| <= abs + rel * inf would accept any number).
+- a file the rerun wrote that the checkout does not hold (deleted, or never made or pulled) is a failure: there is
+  nothing to compare it with, so nothing was verified.
 - not compared: renderings of compared files (tables' .md/.tex/.html/.sha256, figures, REPORT.md), checkpoint
   folders (their effect is in the losses, diagnostics and scores made from them), logs, run.json and the MLflow
   export (run ids, times, commits), generated samples (their scores are compared).
@@ -106,6 +110,8 @@ def compare_number(key: str, recorded, rerun) -> tuple[str, bool] | None:
         return "text", False
     if isinstance(recorded, int) and isinstance(rerun, int):
         return "count", False
+    if not (math.isfinite(recorded) and math.isfinite(rerun)):  # only the same non-finite value matches (above)
+        return f"{tol.kind}: not finite", False
     return tol.kind, abs(rerun - recorded) <= tol.abs + tol.rel * abs(recorded)
 
 
@@ -178,6 +184,18 @@ def compared(rel: str) -> bool:
     return rel.startswith(DATA_PREFIXES) or rel.endswith(NUMERIC_SUFFIXES)
 
 
+def verdict(diffs: list[Difference], done: list[str], missing: list[str]) -> tuple[list[str], int]:
+    """(the lines `pit verify` prints: one per difference and one per recorded file that is missing, then a summary;
+    the exit status: 1 when a difference is out of tolerance or a file is missing, else 0)."""
+    lines = [d.line() for d in diffs]
+    lines += [f"{rel}: MISSING from this checkout (the rerun wrote it; deleted, or never made or pulled here): not "
+              "verified" for rel in missing]  # fmt: skip
+    out = sum(not d.within for d in diffs)
+    gone = f", {len(missing)} recorded files missing" if missing else ""
+    lines.append(f"verified {len(done)} files: {len(diffs)} differences, {out} out of tolerance{gone}")
+    return lines, int(bool(out or missing))
+
+
 def compare_trees(recorded: Path, rerun: Path, files: list[str]) -> tuple[list[Difference], list[str], list[str]]:
     """(differences, files compared, files with no record) of the rerun's `files` (paths relative to both roots)."""
     diffs, done, missing = [], [], []
@@ -219,17 +237,20 @@ def _link(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def _seed(root: Path, scratch: Path, outputs: list[str]) -> None:
-    """The recorded outputs (files, folders) in the scratch folder, linked (`_link`)."""
+def _seed(root: Path, scratch: Path, outputs: list[str]) -> list[str]:
+    """The recorded outputs (files, folders) in the scratch folder, linked (`_link`); those the checkout lacks."""
+    missing = []
     for rel in outputs:
         src, dst = root / rel, scratch / rel
         if not src.exists():
-            raise PitError(f"{rel!r} is not recorded in this checkout: rerun without --from, or pull it first")
+            missing.append(rel)
+            continue
         dst.parent.mkdir(parents=True, exist_ok=True)
         if src.is_dir():
             shutil.copytree(src, dst, symlinks=True, copy_function=_link)
         else:
             _link(str(src), str(dst))
+    return missing
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
@@ -238,15 +259,22 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.stat().st_size) for p in files}
 
 
-def rerun(root: Path, configfile: Path, targets: list[str], scratch: Path, rules: list[str], cores: str) -> list[str]:
+def rerun(
+    root: Path, configfile: Path, targets: list[str], scratch: Path, rules: list[str], cores: str
+) -> tuple[list[str], list[str]]:
     """Rerun the targets in `scratch` (everything they need, or from `rules` on with the recorded inputs), each job
-    named on stderr as Snakemake finishes it (`JobLines`); the files (relative paths) the rerun wrote."""
+    named on stderr as Snakemake finishes it (`JobLines`): (the files, relative paths, the rerun wrote; the recorded
+    inputs it needs that the checkout lacks, when there are any: then nothing is rerun). The recorded outputs of
+    `rules` themselves may be missing: they are made again, and the comparison names them."""
     if rules:
         jobs = target_jobs(root, configfile, targets)
         unknown = sorted(set(rules) - set(jobs))
         if unknown:
             raise PitError(f"--from {' '.join(unknown)}: not a rule the targets need (they need: {', '.join(jobs)})")
-        _seed(root, scratch, [p for outputs in jobs.values() for p in outputs])
+        remade = {p for rule in rules for p in jobs[rule]}
+        missing = _seed(root, scratch, [p for outputs in jobs.values() for p in outputs])
+        if set(missing) - remade:
+            return [], sorted(set(missing) - remade)
     before = _snapshot(scratch)
     force = ["--forcerun", *rules] if rules else []
     steps = Steps("pit verify", unit="job", bar=True)  # each job as Snakemake finishes it, on stderr
@@ -255,4 +283,4 @@ def rerun(root: Path, configfile: Path, targets: list[str], scratch: Path, rules
     finally:
         steps.close()
     after = _snapshot(scratch)
-    return sorted(rel for rel, stat in after.items() if before.get(rel) != stat)
+    return sorted(rel for rel, stat in after.items() if before.get(rel) != stat), []

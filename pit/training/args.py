@@ -41,6 +41,9 @@ TYPE_WORDS = {
 }
 JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", dict: "object", list: "array"}
 SCHEMA_BOUNDS = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "exclusiveMaximum"}
+# every integer setting is a 64-bit integer: a larger one would pass the checks and overflow later (a step count in a
+# progress bar, a seed in a generator), after the run folder was written
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 
 
 class ArgsError(PitError):
@@ -122,6 +125,9 @@ def check_field(label: str, cls, f: dataclasses.Field, value) -> None:
         raise ArgsError(f"{label}: {f.name} {shown} is {got}; expected {want}", (f.name,))
     if kind is float and not math.isfinite(value):
         raise ArgsError(f"{label}: {f.name} {shown}; expected a finite number", (f.name,))
+    if kind is int and not INT_MIN <= value <= INT_MAX:
+        raise ArgsError(f"{label}: {f.name} {shown}; expected a 64-bit integer (at most 2**63 - 1 = {INT_MAX})",
+                        (f.name,))  # fmt: skip
     meta = dict(f.metadata)
     if "choices" in meta and value not in meta["choices"] or not _in_bounds(value, meta):
         raise ArgsError(f"{label}: {f.name} {shown}; expected {bounds_text(meta, kind)}", (f.name,))
@@ -167,6 +173,9 @@ def schema_property(cls, f: dataclasses.Field) -> dict:
     else:
         prop = {"type": [JSON_TYPES[kind], "null"] if optional else JSON_TYPES[kind]}
     prop.update({SCHEMA_BOUNDS[k]: v for k, v in meta.items() if k in SCHEMA_BOUNDS})
+    if kind is int:  # 64-bit, as check_field checks
+        prop.setdefault("minimum", INT_MIN)
+        prop.setdefault("maximum", INT_MAX)
     prop["description"] = field_docs(cls).get(f.name, "")
     return prop
 
@@ -240,8 +249,9 @@ class RunArgs:
     """auto (bf16 autocast on CUDA, FP32 on CPU) | fp32 | bf16. PIT's T/L work stays FP32 in any case."""
     device: str = arg("auto", choices=DEVICES)
     """auto (CUDA when available) | cpu | cuda (an error when CUDA is not available, before any work)."""
-    threads: int | None = arg(None, ge=1)
-    """CPU threads (None: torch's default); restored when the run returns."""
+    threads: int | None = arg(None, ge=1, le=1024)
+    """CPU threads (None: torch's default); restored when the run returns. At most 1024 (torch makes one OpenMP
+    thread each: tens of thousands exhaust memory)."""
     checkpoint_every: int = arg(0, ge=0)
     """Steps between trainer checkpoints (0: none; a finished run keeps only its final outputs)."""
     keep_checkpoints: int = arg(2, ge=1)
@@ -256,6 +266,7 @@ class RunArgs:
     """{tracking_uri, experiment, enabled} (docs/reproducibility.md)."""
 
     label = "run config"  # the prefix of every error message about these arguments (class attributes, not fields)
+    input_fields = ()  # the fields that name the files and folders a run reads (`input_paths`)
     fingerprint_excludes = ("threads", "stop_after_steps", "run_name", "tags", "mlflow")  # not the trajectory
     omitted_at_default = ("decay_steps",)  # newer than the first runs: in the fingerprint only when set
     # fields no profile sets: the workflow sets them for each run (pit/pipeline/specs.py), or only the command line
@@ -289,6 +300,12 @@ class RunArgs:
                 ("warmup_steps", "max_steps"),
             ),
         ]
+
+    def input_paths(self) -> dict[str, str]:
+        """{field: path} of the `input_fields` that name an existing file or folder (a scratch model's name, a
+        hub id or 'offline' is none): what a run reads, fixed at its start (pit/training/run_folder.py)."""
+        values = {name: getattr(self, name) for name in self.input_fields}
+        return {name: v for name, v in values.items() if isinstance(v, str) and v and Path(v).exists()}
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -387,6 +404,7 @@ class PretrainArgs(RunArgs):
 
     label = "train config"
     omitted_at_default = RunArgs.omitted_at_default + ("stop_after_nonfinite",)
+    input_fields = ("train_data", "val_data", "tokenizer", "model")  # model: a teacher folder (teacher mode)
     not_profile_keys = RunArgs.not_profile_keys + (
         "mode", "model", "train_data", "val_data", "tokenizer", "interface", "seq_len",
     )  # fmt: skip
@@ -496,6 +514,7 @@ class LoraArgs(RunArgs):
     """The first N problems of the task's test split the frontier's gains are measured on (None: all)."""
 
     label = "lora config"
+    input_fields = ("base", "val_data", "source")  # source: a task data file (else 'offline' or 'hub')
     not_profile_keys = RunArgs.not_profile_keys + (
         "base", "task", "source", "val_data", "side_effect_seq_len",
         "frontier_lrs", "frontier_eval_limit",  # posttrain.frontier_lrs, posttrain.evaluate.limit

@@ -49,7 +49,7 @@ from pit.tracking.tracker import FINAL_KEYS, Tracker
 from pit.training.args import LoraArgs
 from pit.training.objective import NextTokenLoss
 from pit.training.optim import optimizer_update, warmup_cosine
-from pit.training.run_folder import FinishedRun, MetricsLog, RunFolder, RunHandles, claim
+from pit.training.run_folder import FinishedRun, MetricsLog, RunFolder, RunHandles, claim, input_record
 from pit.training.runtime import mixed_precision, peak_memory_mb, read_scalars, resolve_device, to_device
 
 METRIC_KEYS = ("loss", "lr", "grad_norm", "tokens_per_s", "target_tokens")
@@ -293,9 +293,10 @@ def setup(args: LoraArgs, folder: RunFolder, base_sha: str) -> LoraRun:
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=args.lr, betas=(args.beta1, args.beta2), weight_decay=args.weight_decay)
     scheduler = warmup_cosine(optimizer, args)
-    state = {"runtime_s": 0.0, "mlflow_run_id": None, "fingerprint": folder.fingerprint}
+    inputs = input_record(args.input_paths())  # fixed at the start: a resume on other inputs is refused
+    state = {"runtime_s": 0.0, "mlflow_run_id": None, "fingerprint": folder.fingerprint, "inputs": inputs}
     start_step = 0
-    ckpt, saved = folder.resume_point(STALE_OUTPUTS)
+    ckpt, saved = folder.resume_point(STALE_OUTPUTS, inputs)
     if ckpt is not None:
         from safetensors.torch import load_file
 

@@ -28,7 +28,6 @@ from pit.core.interfaces import InterfaceConfig
 from pit.core.linalg import cpu_threads
 from pit.data.reader import TokenFile
 from pit.errors import PitError
-from pit.io import sha256_file
 from pit.models import build_model, convert_teacher, get_spec, load_teacher
 from pit.models.access import interface_of, model_consistency, model_delta_ti
 from pit.models.checkpoint import save_pretrained_atomic
@@ -38,7 +37,7 @@ from pit.tracking.tracker import FINAL_KEYS, METRIC_KEYS, run_datasets
 from pit.training.args import PretrainArgs
 from pit.training.objective import NextTokenLoss, compile_loss, new_step
 from pit.training.optim import make_optimizer, optimizer_update, warmup_cosine
-from pit.training.run_folder import FinishedRun, MetricsLog, RunFolder, RunHandles, claim
+from pit.training.run_folder import FinishedRun, MetricsLog, RunFolder, RunHandles, claim, input_record
 from pit.training.runtime import (
     Dist,
     check_activation_memory,
@@ -152,9 +151,10 @@ def setup(args: PretrainArgs, folder: RunFolder, device: torch.device, d: Dist) 
     optimizer = make_optimizer(model, args)
     scheduler = warmup_cosine(optimizer, args)
     run_name = args.run_name or folder.name
+    inputs = input_record(args.input_paths())  # fixed at the start: a resume on other inputs is refused
     params = {
         "train": dataclasses.asdict(args),
-        "train_data_sha256": train_data.meta.get("sha256") or sha256_file(args.train_data),
+        "train_data_sha256": inputs["train_data"]["sha256"],
         "tokenizer_sha256": train_data.meta.get("tokenizer_sha256"),
         "vocab_size": vocab,
         "world_size": d.world,
@@ -181,9 +181,10 @@ def setup(args: PretrainArgs, folder: RunFolder, device: torch.device, d: Dist) 
         "diverged_at_step": None,  # set when stop_after_nonfinite ends the run
         "mlflow_run_id": None,
         "fingerprint": folder.fingerprint,
+        "inputs": inputs,
     }
     start_step = 0
-    ckpt, saved = folder.resume_point(STALE_OUTPUTS)
+    ckpt, saved = folder.resume_point(STALE_OUTPUTS, inputs)
     if ckpt is not None:
         load_model_weights(ckpt / "model", model)
         RunFolder.restore(saved, optimizer, scheduler, device)

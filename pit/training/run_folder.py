@@ -5,8 +5,10 @@ metrics.jsonl, run.json and the artifacts that end a run.
     run.json                 resolved settings, hashes, fingerprint, MLflow run id (written as soon as the
                              MLflow run exists, before any step)
     metrics.jsonl            one JSON row per optimizer step (the source of truth)
-    checkpoints/step-NNNNNN/ the model (or the trainable part) + trainer_state.pt (every `checkpoint_every`) and
-                             checksums.sha256 (the sha256 of each file, verified before a resume)
+    checkpoints/step-NNNNNN/ the model (or the trainable part) + trainer_state.pt (every `checkpoint_every`: with
+                             the sha256 of every input the run reads, fixed at its start) and checksums.sha256
+                             (the sha256 of each file, verified before a resume); other names in checkpoints/
+                             are never touched
     summary.json             written last: the run is complete when it exists (with its outputs)
     .next/                   a run that replaces a finished one (`overwrite`), trained here and moved up when
                              complete: the old result stays in place until then
@@ -14,8 +16,11 @@ metrics.jsonl, run.json and the artifacts that end a run.
 `claim` holds the folder for one process and decides what a run does there: a complete run with the same
 fingerprint (the hash of the settings that define the trajectory, `RunArgs.fingerprint`, kept in run.json) is
 done (`FinishedRun`, nothing is touched); a complete run with another fingerprint is refused unless `overwrite`;
-anything else resumes from the newest intact checkpoint of the same fingerprint (a damaged one is dropped with a
-warning naming it) or starts afresh. metrics.jsonl is cut back to the rows that checkpoint has seen, so a resumed
+anything else resumes from the newest intact checkpoint of the same fingerprint (a damaged one, or one without its
+checksums or its inputs' hashes, is dropped with a warning naming it) or starts afresh. An unfinished run with
+other settings (its checkpoints' or run.json's fingerprint), or whose inputs changed since it started (a file's
+sha256 differs from the one its checkpoint recorded), is refused like a finished one unless `overwrite`, which
+starts it afresh. metrics.jsonl is cut back to the rows that checkpoint has seen, so a resumed
 run appends exactly the rows an uninterrupted run would have written, and an earlier attempt's MLflow run (its id
 in run.json) is continued: one training is one MLflow run across kills and reruns.
 """
@@ -36,7 +41,16 @@ from pathlib import Path
 import torch
 
 from pit.errors import PitError
-from pit.io import atomic_path, json_text, read_jsonl, remove_stale_temporaries, sha256_file, write_json, write_text
+from pit.io import (
+    atomic_path,
+    json_text,
+    read_jsonl,
+    remove_stale_temporaries,
+    sha256_file,
+    sha256_path,
+    write_json,
+    write_text,
+)
 from pit.tracking.provenance import with_source_tags
 from pit.tracking.tracker import Tracker
 from pit.training.args import MLFLOW_DEFAULTS
@@ -48,7 +62,7 @@ FINAL_ARTIFACTS = ("summary.json", "run.json", "metrics.jsonl")
 LOCK_FILE = ".lock"
 STAGING = ".next"
 PROMOTING = ".promoting"  # in STAGING: the names it held when its move up began
-STEP_DIR = re.compile(r"step-(\d+)")
+STEP_DIR = re.compile(r"step-(\d{6,})")  # what save_checkpoint names a checkpoint; nothing else there is ours
 
 
 def short(fingerprint: str | None) -> str:
@@ -75,9 +89,12 @@ class RunFolder:
     """One run's folder. `main` is False on the other ranks of a DDP job, which never write. `home` is the folder
     the run's results end up in: `path` itself, or its parent when `path` is the staging folder `.next`."""
 
-    def __init__(self, path: str | Path, fingerprint: str, main: bool = True, home: str | Path | None = None):
+    def __init__(
+        self, path: str | Path, fingerprint: str, main: bool = True, home: str | Path | None = None, overwrite=False
+    ):
         self.path, self.fingerprint, self.main = Path(path), fingerprint, main
         self.home = Path(home) if home is not None else self.path
+        self.overwrite = overwrite  # an unfinished run with other settings or other inputs may be started over
 
     @property
     def name(self) -> str:
@@ -89,11 +106,17 @@ class RunFolder:
         return self.path / "metrics.jsonl"
 
     def candidates(self) -> list[Path]:
-        """The entries `checkpoints/step-*`: those that are no step-NNNNNN folder first, then newest first."""
-        entries = list((self.path / "checkpoints").glob("step-*"))
-        junk = sorted(p for p in entries if not (STEP_DIR.fullmatch(p.name) and p.is_dir()))
-        steps = sorted((p for p in entries if p not in junk), key=lambda p: int(p.name[5:]), reverse=True)
-        return junk + steps
+        """The entries `checkpoints/step-NNNNNN` (the names `save_checkpoint` gives), newest first; any other name
+        there (a user's copy `step-000004.keep`, notes) is not a checkpoint and is never touched."""
+        entries = [p for p in (self.path / "checkpoints").glob("step-*") if STEP_DIR.fullmatch(p.name)]
+        return sorted(entries, key=lambda p: int(p.name[5:]), reverse=True)
+
+    def remove_checkpoints(self) -> None:
+        """Remove the trainer checkpoints (`candidates`), and checkpoints/ when nothing else is left in it."""
+        for ckpt in self.candidates():
+            _remove(ckpt)
+        with contextlib.suppress(OSError):
+            (self.path / "checkpoints").rmdir()
 
     @staticmethod
     def read_checkpoint(ckpt: Path) -> dict:
@@ -107,6 +130,9 @@ class RunFolder:
         state = torch.load(ckpt / TRAINER_STATE, weights_only=True)
         if not isinstance(state, dict) or state.get("step") != int(m[1]):
             raise ValueError(f"{TRAINER_STATE} holds no trainer state of step {int(m[1])}")
+        if not isinstance(state.get("inputs"), dict):
+            raise ValueError("it records no hashes of the run's inputs (an older pit wrote it): nothing proves what "
+                             "it was trained on")  # fmt: skip
         weights = sorted(ckpt.rglob("*.safetensors"))
         if not weights:
             raise ValueError("no weights (*.safetensors)")
@@ -125,10 +151,11 @@ class RunFolder:
     @staticmethod
     def verify_checksums(ckpt: Path) -> None:
         """Raise ValueError when a file of `ckpt` differs from the hash its CHECKSUMS recorded as it was written, or
-        is missing, or was added; a checkpoint written before checksums existed (no CHECKSUMS) is not checked."""
+        is missing, or was added, or when CHECKSUMS itself is missing (nothing then proves the files are the ones
+        written: the checkpoint counts as damaged)."""
         listing = ckpt / CHECKSUMS
         if not listing.is_file():
-            return
+            raise ValueError(f"no {CHECKSUMS}: its files cannot be verified")
         recorded = dict(reversed(line.split("  ", 1)) for line in listing.read_text().splitlines() if line.strip())
         present = {p.relative_to(ckpt).as_posix() for p in ckpt.rglob("*") if p.is_file() and p.name != CHECKSUMS}
         if present != set(recorded):
@@ -159,29 +186,52 @@ class RunFolder:
             log.warning("no intact checkpoint left in %s; starting afresh", self.path)
         return None, None
 
-    def resume_point(self, stale: Iterable[str]) -> tuple[Path | None, dict | None]:
-        """(checkpoint, trainer state) to resume from, or (None, None) for a fresh start. Checkpoints written with
-        other settings are removed (with a warning); a fresh start removes the `stale` outputs of an earlier
-        attempt in the folder (one with run.json; stale-named outputs without it are a PitError, never deleted)."""
+    def resume_point(self, stale: Iterable[str], inputs: dict[str, dict]) -> tuple[Path | None, dict | None]:
+        """(checkpoint, trainer state) to resume from, or (None, None) for a fresh start. `inputs` ({field: {path,
+        sha256}}, `input_record`) are this attempt's inputs: a checkpoint that recorded others, or one written with
+        other settings, is a PitError naming the difference unless `overwrite` (then the checkpoints are removed and
+        the run starts afresh). A fresh start removes the `stale` outputs of an earlier attempt in the folder (one
+        with run.json; stale-named outputs without it are a PitError, never deleted), and those of an earlier attempt
+        with other settings only with `overwrite`."""
         ckpt, state = self.newest_intact()
-        if ckpt is not None and state.get("fingerprint") != self.fingerprint:
-            log.warning("checkpoints in %s belong to a run with other settings; starting afresh", self.path)
-            if self.main:
-                shutil.rmtree(self.path / "checkpoints", ignore_errors=True)
-            ckpt, state = None, None
         if ckpt is not None:
-            log.info("resuming %s from %s", self.path, ckpt.name)
-        elif self.main and self.path.exists():
+            problem = _changed_inputs(state["inputs"], inputs) or self._other_settings(state.get("fingerprint"))
+            if problem is None:
+                log.info("resuming %s from %s", self.path, ckpt.name)
+                return ckpt, state
+            self._start_over_or_refuse(f"its checkpoint {ckpt.name} {problem}")
+            if self.main:
+                self.remove_checkpoints()
+        if self.main and self.path.exists():
             found = [name for name in stale if (self.path / name).exists()]
             if found and not (self.path / "run.json").is_file():  # every attempt writes run.json before its outputs
                 raise PitError(
                     f"{str(self.path)!r} holds {', '.join(found)} but no run.json: not a run folder an earlier attempt "
                     "of a run made, so nothing was deleted (choose another --out, or remove them yourself)"
                 )
+            problem = self._other_settings(read_record(self.path / "run.json").get("fingerprint"))
+            if found and problem is not None:
+                self._start_over_or_refuse(f"its run.json {problem} (and it holds {', '.join(found)})")
             for name in found:  # a fresh start owns the folder of an earlier attempt
                 p = self.path / name
                 shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
-        return ckpt, state
+        return None, None
+
+    def _other_settings(self, fingerprint: str | None) -> str | None:
+        """Why a record of `fingerprint` is not this run's (None when it is)."""
+        if fingerprint == self.fingerprint:
+            return None
+        theirs, ours = short(fingerprint), short(self.fingerprint)
+        return f"belongs to a run with other settings (fingerprint {theirs}; this run's is {ours})"
+
+    def _start_over_or_refuse(self, problem: str) -> None:
+        """With `overwrite`, a warning (the unfinished run is started over); else a PitError naming `problem`."""
+        if not self.overwrite:
+            raise PitError(
+                f"{str(self.path)!r} holds an unfinished run that cannot be continued: {problem}. Nothing was "
+                "deleted: pass --overwrite to start it over, or choose another --out"
+            )
+        log.warning("%s: %s; starting the run over (--overwrite)", self.path, problem)
 
     def save_checkpoint(
         self, step: int, write_model: Callable[[Path], None], optimizer, scheduler, state: dict, keep: int
@@ -205,8 +255,7 @@ class RunFolder:
                 tmp / TRAINER_STATE,
             )
             self.write_checksums(tmp)
-        steps = [p for p in self.candidates() if STEP_DIR.fullmatch(p.name)]  # newest first
-        for old in steps[keep:] if keep > 0 else []:
+        for old in self.candidates()[keep:] if keep > 0 else []:  # newest first
             shutil.rmtree(old, ignore_errors=True)
 
     @staticmethod
@@ -289,7 +338,24 @@ class RunFolder:
                 tracker.log_artifact(path)
             tracker.log_checkpoint(self.path)
             tracker.finish()
-        shutil.rmtree(self.path / "checkpoints", ignore_errors=True)
+        self.remove_checkpoints()
+
+
+def input_record(paths: dict[str, str]) -> dict[str, dict]:
+    """{field: {"path", "sha256"}} of a run's inputs ({field: path}, RunArgs.input_paths; a folder's hash is
+    pit.io.sha256_path's): hashed at every start and resume, never per step; a checkpoint keeps it."""
+    return {name: {"path": path, "sha256": sha256_path(path)} for name, path in sorted(paths.items())}
+
+
+def _changed_inputs(recorded: dict, current: dict) -> str | None:
+    """Which input differs between a checkpoint's record and this attempt's (None when none does)."""
+    changed = [
+        f"{name} {current.get(name, {}).get('path') or was['path']!r} (sha256 {was['sha256'][:12]} when the run "
+        f"started, now {(current.get(name) or {}).get('sha256', 'missing')[:12]})"
+        for name, was in sorted(recorded.items())
+        if (current.get(name) or {}).get("sha256") != was.get("sha256")
+    ]
+    return f"was trained on other inputs: {'; '.join(changed)}" if changed else None
 
 
 def read_record(path: Path) -> dict:
@@ -327,11 +393,17 @@ def promote(staging: Path, home: Path, outputs: Iterable[str]) -> None:
         write_json(marker, sorted(p.name for p in staging.iterdir()))
     staged = set(json.loads(marker.read_text()))
     (home / "summary.json").unlink(missing_ok=True)
+    old_run = RunFolder(home, "")
     for name in sorted({*outputs, "run.json", "checkpoints"} - {"summary.json"}):
-        if name not in staged:
+        if name == "checkpoints" and name not in staged:
+            old_run.remove_checkpoints()  # the trainer checkpoints only: other files there are not ours
+        elif name not in staged:
             _remove(home / name)
         elif (staging / name).exists():  # else: moved up before an interruption
-            _remove(home / name)
+            if name == "checkpoints":
+                old_run.remove_checkpoints()
+            else:
+                _remove(home / name)
             os.replace(staging / name, home / name)
     os.replace(staging / "summary.json", home / "summary.json")
     shutil.rmtree(staging)
@@ -399,7 +471,7 @@ def _decide(path: Path, fingerprint: str, required, overwrite: bool, main: bool)
         return RunFolder(path / STAGING, fingerprint, main, home=path)
     done = complete_fingerprint(path, required)
     if done is None:
-        return RunFolder(path, fingerprint, main)
+        return RunFolder(path, fingerprint, main, overwrite=overwrite)  # (its resume_point decides, with overwrite)
     if done == fingerprint and not overwrite:
         return FinishedRun(read_record(path / "summary.json"), path, fingerprint)
     if not overwrite:

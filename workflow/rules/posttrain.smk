@@ -31,7 +31,7 @@ rule lora:
         spec=lambda wc: json_arg(lora_spec(run_of(wc), wc.task)),
         out=lambda wc: lora_dir(run_of(wc), wc.task),
     shell:
-        logged("pit lora train --spec {params.spec} --out {params.out} --threads {threads}")
+        logged("pit lora train --spec {params.spec} --out {params.out} --threads {threads} --overwrite")
 
 
 rule evaluate:

@@ -1,7 +1,10 @@
 """Pretraining stage (Table 1, Figures 3-4): stand-in teachers, then every slot x interface arm.
 
 Run folders: results/pretrain/<mode>/<slot>/<interface>/ and results/teachers/<slot>/ for the
-stand-in teachers the pipeline pretrains itself (docs/training.md).
+stand-in teachers the pipeline pretrains itself (docs/training.md). The jobs pass --overwrite: a run
+folder is the rule's, and Snakemake runs a job again only after removing its outputs (other settings,
+code or inputs), so an unfinished run there with other settings or inputs is started over, not refused
+(the same run is still resumed); posttrain.smk's lora rule does the same.
 """
 
 
@@ -25,7 +28,10 @@ rule pretrain_stand_in_teacher:
         spec=lambda wc: json_arg(stand_in_spec(wc.slot)),
         out=lambda wc: stand_in_dir(wc.slot),
     shell:
-        logged(pit_launcher(PRETRAIN_RES) + " train --spec {params.spec} --out {params.out} --threads {threads}")
+        logged(
+            pit_launcher(PRETRAIN_RES)
+            + " train --spec {params.spec} --out {params.out} --threads {threads} --overwrite"
+        )
 
 
 rule pretrain:
@@ -45,7 +51,10 @@ rule pretrain:
         spec=lambda wc: json_arg(train_spec(run_of(wc))),
         out=lambda wc: run_dir(run_of(wc)),
     shell:
-        logged(pit_launcher(PRETRAIN_RES) + " train --spec {params.spec} --out {params.out} --threads {threads}")
+        logged(
+            pit_launcher(PRETRAIN_RES)
+            + " train --spec {params.spec} --out {params.out} --threads {threads} --overwrite"
+        )
 
 
 rule pretrain_all:
