@@ -38,7 +38,8 @@ RULES = Path(__file__).resolve().parent.parent / "workflow" / "rules"
 
 
 def read_jobs(log: Path) -> dict[int, dict]:
-    """{jobid: rule, inputs, outputs, threads, gpus, start, end (s from the first job's start)}."""
+    """{jobid: rule, inputs, outputs, threads, gpus, start, end (s from the first job's start)} of every job that
+    finished."""
     jobs, stamp, job = {}, None, None
     for line in log.read_text().splitlines():
         if m := STAMP.match(line):
@@ -57,6 +58,7 @@ def read_jobs(log: Path) -> dict[int, dict]:
                 jobs[int(value)] = job
         elif m := DONE.match(line):
             jobs[int(m.group(1))]["end"] = stamp
+    jobs = {k: j for k, j in jobs.items() if "end" in j}  # a job that failed or was killed has no end: left out
     t0 = min(j["start"] for j in jobs.values())
     for j in jobs.values():
         j["start"], j["end"] = (j["start"] - t0).total_seconds(), (j["end"] - t0).total_seconds()
@@ -72,6 +74,18 @@ def merge_runs(runs: list[dict[int, dict]]) -> dict[int, dict]:
         made = {out for j in jobs for out in j["outputs"]}
         merged = [j for j in merged if j["outputs"] and not made.intersection(j["outputs"])] + jobs
     return dict(enumerate(merged, 1))
+
+
+def time_by_rule(jobs: dict[int, dict]) -> dict[str, dict]:
+    """Per rule: its jobs, their summed job time (end - start, whole seconds as logged) and that sum's share of all
+    job time, largest first: where a run's time went."""
+    out: dict[str, dict] = {}
+    for j in jobs.values():
+        row = out.setdefault(j["rule"], {"jobs": 0, "job_s": 0.0})
+        row["jobs"] += 1
+        row["job_s"] += j["end"] - j["start"]
+    total = sum(r["job_s"] for r in out.values()) or 1.0
+    return {k: {**r, "share": r["job_s"] / total} for k, r in sorted(out.items(), key=lambda kv: -kv[1]["job_s"])}
 
 
 def rule_priorities(rules_dir: Path = RULES) -> dict[str, int]:
@@ -129,9 +143,15 @@ def main(argv=None) -> None:
     ap.add_argument("--priority", action="append", default=[], help="RULE=N, over the workflow's (repeatable)")
     ap.add_argument("--trials", type=int, default=400, help="schedules per slot count (random ties)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    ap.add_argument("--by-rule", action="store_true", help="only the job time per rule (where the time went)")
     args = ap.parse_args(argv)
     runs = [read_jobs(log) for log in args.logs]
     jobs = merge_runs(runs)
+    if args.by_rule:
+        rows = time_by_rule(jobs)
+        for rule, r in rows.items():
+            print(f"{rule}: {r['jobs']} jobs, {r['job_s'] / 60:.1f} job-minutes ({r['share']:.0%})")
+        return
     deps, priority = (
         dependencies(jobs),
         rule_priorities() | {rule: int(n) for rule, n in (p.split("=", 1) for p in args.priority)},

@@ -292,6 +292,10 @@ def summary_section(config: dict, tables: Path, runs: Path | None) -> list[str]:
     if runs is not None:
         lines.append(run_counts(runs))
     lines += ["", comparability(config), "", "Findings:", ""]
+    if runs is not None:
+        from pit.reporting.real_teachers import real_teacher_findings
+
+        lines += real_teacher_findings(config, runs.parent)
     lines += unigram_findings(config, runs) if runs is not None else []
     lines += claims_findings(tables)
     return [*lines, ""]
