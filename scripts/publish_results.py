@@ -78,6 +78,17 @@ def write_summary(tables: Path, doc: Path, out: Path) -> None:
     doc.write_text(replace_block(text, "reading", reading_markdown(table).strip(), doc))
 
 
+def write_real(results: Path, profile: Path, doc: Path) -> None:
+    """Replace the `real` block of `doc` with the real-teacher summary of the run (pit.reporting.real_teachers) made
+    with the profile file `profile`."""
+    import yaml
+
+    from pit.reporting.real_teachers import real_summary
+
+    config = yaml.safe_load(profile.read_text())
+    doc.write_text(replace_block(doc.read_text(), "real", "\n".join(real_summary(config, results)), doc))
+
+
 def generated_summary(table, link: str) -> str:
     """The summary block of docs/study.md: a line to the provenance, then the claims summary."""
     from pit.reporting.claims import summary_markdown
@@ -96,6 +107,9 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--dvc-lock", help="the dvc.lock DVC wrote for this run (copied to <out>/dvc.lock)")
     parser.add_argument("--summary-into", help="a Markdown file whose summary markers get the claims summary")
+    parser.add_argument(
+        "--real-into", help="a Markdown file whose `real` markers get the real-teacher summary (README.md)"
+    )
     parser.add_argument("--note", action="append", default=[], help="one more line for README.md (repeatable)")
     parser.add_argument(
         "--run-commit",
@@ -111,6 +125,8 @@ def main() -> None:
         files.append("dvc.lock")
     if args.summary_into:
         write_summary(results / "tables", Path(args.summary_into), out)
+    if args.real_into:
+        write_real(results, Path(f"config/{args.profile}.yaml"), Path(args.real_into))
     command = args.command or f"snakemake --cores all --configfile config/{args.profile}.yaml"
     minutes = args.wall_time_s / 60
     commit = git_commit(results.resolve().parent)

@@ -108,3 +108,29 @@ def real_teacher_findings(config: dict, results: Path) -> list[str]:
             lines.append(f"  - trajectories of the validation loss: {'; '.join(trajectories)}.")
         lines.append(consistency(index, slot))
     return [line for line in lines if line] + [""]
+
+
+def real_summary(config: dict, results: Path) -> list[str]:
+    """Three lines for the README, from the same numbers as `real_teacher_findings`: per teacher the starting cost of
+    the paper's init and of pit-head, and where PIT ends against the matched-start control and against TT."""
+    from pit.reporting.per_seed import per_seed_table
+    from pit.reporting.study_tables import teacher_gap
+
+    seeds = per_seed_table(results, ("pretrain",))
+    index, gaps = Index(seeds), teacher_gap(seeds)
+    lines = []
+    for slot in real_slots(config):
+        first = index.runs("teacher", slot, "", "first_loss")
+        tt = _mean(first.get("tt", {}))
+        cost = {a: _mean(first.get(a, {})) - tt for a in ("pit", "pit-head")}
+        ends = [t for t in (gap_text(gaps, slot, r) for r in ("tt-matched", "tt")) if t] if len(gaps) else []
+        lines.append(
+            f"- {slot}: PIT (T = I) starts {cost['pit']:+.2f} nats from the teacher, pit-head {cost['pit-head']:+.2f}; "
+            f"{'; '.join(ends)}."
+        )
+    steps = int(gaps["step"].max()) if len(gaps) else 0
+    lines.append(
+        f"- After {steps} steps on CPU (one seed) this is the early phase only: docs/real.md says what it can and "
+        "cannot show; docs/results/real/REPORT.md has every number."
+    )
+    return lines
