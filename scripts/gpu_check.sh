@@ -45,8 +45,8 @@
 # --compile-mode`: reduce-overhead unless set; default, max-autotune-no-cudagraphs or max-autotune);
 # GPU_CHECK_LOSS_CHUNK_ROWS (both benches' `--loss-chunk-rows`: rows of logits per chunk of the fused loss; default:
 # the library's); GPU_CHECK_REAL=1 (the step `real`, last: the real-teacher study; GPU_CHECK_REAL_S its timeout, 520;
-# GPU_CHECK_STAGE the folder of carried teacher stages, default .stage, gathered into runs/stage, which a later call
-# on the same machine still has).
+# GPU_CHECK_TEACHER_S each teacher's unpack's, 120; GPU_CHECK_STAGE the folder of carried teacher stages, default
+# .stage, gathered into runs/stage, which a later call on the same machine still has).
 # Exit status: 0 when every step passed, 1 otherwise; 2 for a bad GPU_CHECK_SEEDS, GPU_CHECK_COMPILE_MODE or
 # GPU_CHECK_LOSS_CHUNK_ROWS.
 set -uo pipefail
@@ -221,7 +221,7 @@ if [[ $REAL == 1 ]]; then
         if cmp -s "$HOLD/$source/teacher/provenance.json" "$out/provenance.json"; then
             echo "teacher $slot: $out already unpacked from $HOLD/$source" >>"$DEST/teachers.log"
         elif [[ -d "$HOLD/$source" ]]; then
-            run_step "teacher_$slot" "${GPU_CHECK_TEACHER_S:-120}" "$DEST/teachers.log" \
+            run_step "teacher_$slot" "${GPU_CHECK_TEACHER_S:-120}" - \
                 "$PY" -m pit teacher unpack "$HOLD/$source" --out "$out"
         fi
     done < <("$PY" -c 'import sys, yaml
