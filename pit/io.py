@@ -19,7 +19,9 @@ The output rule (docs/reproducibility.md, "A command never destroys an input or 
    deletes it; an old copy beside a destination that is in place is the leftover of a finished replacement.
 
 `write_file_set` writes files that belong together (a table's .md/.csv/.tex) as one unit a reader can check: a
-manifest of their hashes (`sha256sum -c` format), written last.
+manifest of their hashes (`sha256sum -c` format), written last. `split_file` cuts a file into pieces for a
+transfer that takes files of a limited size, with one manifest of every piece's and the whole file's sha256;
+`check_pieces` and `join_pieces` verify and reassemble them on the other side.
 """
 
 from __future__ import annotations
@@ -384,3 +386,99 @@ def read_json(path):
         raise PitError(
             f"{str(path)!r} is not valid JSON ({err}); expected one JSON value (a half-written or damaged file?)"
         ) from None
+
+
+PIECES_FORMAT = "pit-pieces/1"
+PIECES_SUFFIX = ".pieces.json"  # the manifest of FILE's pieces: FILE.pieces.json beside FILE.part00, FILE.part01, ...
+
+
+def concatenate_checked(parts: list[Path], sha256: str, out: Path, what: str = "the parts", stated: str = "stated"):
+    """Write the parts one after another to `out` while hashing them; a sha256 other than `sha256` is a PitError
+    naming `what` and where the expected hash is `stated` (and `out` is removed)."""
+    digest = hashlib.sha256()
+    with open(out, "wb") as f:
+        for part in parts:
+            with open(part, "rb") as src:
+                while block := src.read(1 << 22):
+                    digest.update(block)
+                    f.write(block)
+    if digest.hexdigest() != sha256:
+        out.unlink()
+        raise PitError(f"{what} {[p.name for p in parts]} concatenate to sha256 {digest.hexdigest()[:16]}...; "
+                       f"expected {sha256[:16]}... as {stated} states (damaged or changed files)")  # fmt: skip
+
+
+def split_file(path: str | os.PathLike, out_dir: str | os.PathLike, max_piece_bytes: int) -> Path:
+    """Cut `path` into n = ceil(size / max_piece_bytes) pieces of ceil(size / n) bytes (the last one the rest),
+    out_dir/NAME.part00 ..., and write their manifest out_dir/NAME.pieces.json last (PIECES_FORMAT: the file's
+    name, size and sha256, and each piece's): a folder with the manifest holds every piece. Pieces of an earlier
+    split of the same name are removed first. Returns the manifest's path."""
+    path, out_dir = Path(path), Path(out_dir)
+    if max_piece_bytes < 1:
+        raise PitError(f"piece size {max_piece_bytes} bytes: expected at least 1")
+    size = path.stat().st_size
+    count = max(1, -(-size // max_piece_bytes))
+    step = max(1, -(-size // count))
+    manifest = out_dir / f"{path.name}{PIECES_SUFFIX}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    manifest.unlink(missing_ok=True)  # from here until the new manifest is written, the set reads as incomplete
+    for old in out_dir.glob(f"{glob.escape(path.name)}.part[0-9]*"):
+        old.unlink()
+    whole, pieces = hashlib.sha256(), []
+    with open(path, "rb") as src:
+        for k in range(count):
+            data = src.read(step)
+            whole.update(data)
+            name = f"{path.name}.part{k:02d}"
+            with atomic_path(out_dir / name) as tmp:
+                tmp.write_bytes(data)
+            pieces.append({"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    entry = {"format": PIECES_FORMAT, "file": path.name, "bytes": size, "sha256": whole.hexdigest(), "pieces": pieces}
+    write_json(manifest, entry)
+    return manifest
+
+
+def read_pieces_manifest(manifest: str | os.PathLike) -> dict:
+    """A manifest of `split_file`; another file, or one whose names are not plain file names, is a PitError."""
+    entry = read_json(manifest)
+    names = [entry.get("file"), *(p.get("name") for p in entry.get("pieces") or [] if isinstance(p, dict))]
+    plain = all(isinstance(n, str) and n and Path(n).name == n and n not in (".", "..") for n in names)
+    if not isinstance(entry, dict) or entry.get("format") != PIECES_FORMAT or not entry.get("pieces") or not plain:
+        raise PitError(f"{str(manifest)!r} is not a manifest of pieces; expected {PIECES_FORMAT} as "
+                       "`pit teacher split` writes it (file, bytes, sha256, pieces of plain file names)")  # fmt: skip
+    return entry
+
+
+def check_pieces(manifest: str | os.PathLike) -> tuple[dict, list[str], list[str]]:
+    """(the manifest, the names of the pieces beside it that have the size and sha256 it records, the names of those
+    missing). A piece there with another size or sha256 is a PitError naming it."""
+    manifest = Path(manifest)
+    entry = read_pieces_manifest(manifest)
+    present, missing = [], []
+    for piece in entry["pieces"]:
+        path = manifest.parent / piece["name"]
+        if not path.is_file():
+            missing.append(piece["name"])
+            continue
+        size, digest = path.stat().st_size, sha256_file(path)
+        if (size, digest) != (piece["bytes"], piece["sha256"]):
+            raise PitError(f"piece {piece['name']!r}: {size} bytes, sha256 {digest[:16]}...; expected {piece['bytes']} "
+                           f"bytes, sha256 {piece['sha256'][:16]}... as {manifest.name} states (damaged in transfer: "
+                           "send that piece again)")  # fmt: skip
+        present.append(piece["name"])
+    return entry, present, missing
+
+
+def join_pieces(manifest: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """out_dir/FILE from the pieces beside its manifest: every piece checked (`check_pieces`), then concatenated and
+    checked against the file's sha256, written atomically. A missing or changed piece is a PitError naming it."""
+    manifest = Path(manifest)
+    entry, _, missing = check_pieces(manifest)
+    if missing:
+        raise PitError(f"{entry['file']}: pieces {missing} are not beside {str(manifest)!r}; expected all "
+                       f"{len(entry['pieces'])} pieces its manifest lists (send the missing ones)")  # fmt: skip
+    out = Path(out_dir) / entry["file"]
+    parts = [manifest.parent / p["name"] for p in entry["pieces"]]
+    with atomic_path(out) as tmp:
+        concatenate_checked(parts, entry["sha256"], tmp, "the pieces", manifest.name)
+    return out

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The wheels a lent GPU machine lacks for running config/study-gpu.yaml's DAG (docs/study.md, "On one GPU").
+# The wheels a lent GPU machine lacks for running config/study-gpu.yaml's and config/real-gpu.yaml's DAGs (docs/study.md,
+# "On one GPU" and "The real teachers on one GPU").
 #
 #   scripts/device_wheels.sh [DIR]        DIR: default .whl (git-ignored); prints each wheel with its size
 #
 # That machine has Python 3.12 with torch (CUDA), transformers, peft, tokenizers, tiktoken, safetensors, numpy,
 # scipy, pandas, pyarrow and pytest (and what they depend on), no internet, and no snakemake, jsonschema,
-# matplotlib, mlflow, datasets or dvc. The profile needs no mlflow (`mlflow.enabled: false`), no datasets (a local
+# matplotlib, mlflow, datasets, dvc or gguf. The profile needs no mlflow (`mlflow.enabled: false`), no datasets (a local
 # corpus) and no dvc. This fills DIR with, for CPython 3.12 on manylinux x86_64, at this venv's versions:
 #   - snakemake and jsonschema (the workflow, its config schema) with every dependency the machine lacks, except
 #     pulp: without it Snakemake schedules greedily (run it with --scheduler greedy), and its wheel bundles solvers;
@@ -38,7 +39,7 @@ import sys
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
-ROOTS = ["snakemake", "jsonschema", "matplotlib", "markdown-it-py"]
+ROOTS = ["snakemake", "jsonschema", "matplotlib", "markdown-it-py", "gguf"]
 LEFT_OUT = {"pulp"}  # optional for Snakemake (greedy scheduler), and a large wheel
 DEVICE = {  # on the GPU machine: the packages it was set up with, and what each of them requires
     "torch", "filelock", "typing-extensions", "setuptools", "sympy", "mpmath", "networkx", "jinja2", "markupsafe",

