@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import ROOT, STDLIB_CORPUS
+from helpers import ROOT, STDLIB_CORPUS, write_tiny_gguf
 
 from pit.commands import COMMANDS, build_parser, main
 
@@ -63,6 +63,9 @@ CASES = {
     "fixtures fineweb-edu": (["--glob", "{TEXTS}/*.py", "--max-bytes", "20000"], REFUSED),
     "fixtures teacher": (["--model", "cerebras-gpt-256m"], REFUSED),
     "export": (["{CKPT}"], REFUSED),  # `pit export SRC DST`: DST is positional
+    "teacher materialize": (["{GGUF}"], REFUSED),
+    "teacher pack": (["{GTEACHER}", "--piece-mb", "0.05"], REFUSED),
+    "teacher unpack": (["{STAGE}"], REFUSED),
 }
 
 
@@ -85,6 +88,9 @@ HOLDS = {
     "fixtures fineweb-edu": (CASES["fixtures fineweb-edu"][0], "{TEXTS}"),
     "export": (["{HELD}", "--force"], "{HOLDER}"),  # DST contains SRC, with --force
     "convert": (["{HELD}", "--kind", "tt", "--force"], "{HOLDER}"),
+    "teacher materialize": (CASES["teacher materialize"][0], "{GGUF}"),  # the GGUF file itself
+    "teacher pack": (CASES["teacher pack"][0], "{GTEACHER}/stage"),
+    "teacher unpack": (CASES["teacher unpack"][0], "{STAGE}/teacher"),
 }
 del HOLDS["fixtures teacher"]  # random weights: it reads nothing
 
@@ -166,6 +172,9 @@ def inputs(tiny_data, tmp_path_factory):
     (root / "figures").mkdir()
     report = ["report", "--config", str(ROOT / "config/config.yaml"), "--tables", str(root / "tables")]
     assert main([*report, "--figures", str(root / "figures"), "--out", str(root / "REPORT.md")]) == 0
+    write_tiny_gguf(root / "tiny.gguf")
+    assert main(["teacher", "materialize", str(root / "tiny.gguf"), "--out", str(root / "gteacher")]) == 0
+    assert main(["teacher", "pack", str(root / "gteacher"), "--out", str(root / "stage"), "--piece-mb", "0.05"]) == 0
     db = f"sqlite:///{root / 'mlflow.db'}"
     mlflow.set_tracking_uri(db)
     mlflow.create_experiment("ex")
@@ -187,6 +196,9 @@ def inputs(tiny_data, tmp_path_factory):
         "REPORT": root / "REPORT.md",
         "CONFIG": root / "config.json",
         "DB": db,
+        "GGUF": root / "tiny.gguf",
+        "GTEACHER": root / "gteacher",
+        "STAGE": root / "stage",
     }
 
 

@@ -21,8 +21,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pit.commands.common import check_outputs
 from pit.errors import PitError
 from pit.models import gguf
+
+
+def sources(source: str) -> list[str]:
+    """The files a teacher source reads: a .gguf path, or a packaged model's installed files (none when missing)."""
+    if source not in gguf.PACKAGED:
+        return [source]
+    try:
+        return [str(p) for p in gguf.packaged_files(source)]
+    except PitError:  # not installed: materialize says so itself
+        return []
 
 
 def materialize(args: argparse.Namespace) -> int:
@@ -30,6 +41,7 @@ def materialize(args: argparse.Namespace) -> int:
         raise PitError(f"source {args.source!r} with --all {args.all}: expected a source or --all, not both")
     jobs = [(name, Path(args.out) / name) for name in gguf.PACKAGED] if args.all else [(args.source, Path(args.out))]
     for source, out in jobs:
+        check_outputs([out], sources(source))
         prov = gguf.materialize(source, out)
         types = ", ".join(f"{n} {k}" for k, n in prov["tensor_types"].items())
         print(
@@ -42,6 +54,7 @@ def materialize(args: argparse.Namespace) -> int:
 def pack(args: argparse.Namespace) -> int:
     if not args.piece_mb > 0:
         raise PitError(f"--piece-mb {args.piece_mb}: expected a size in MB (10^6 bytes) above 0")
+    check_outputs([args.out], args.folder)
     entry = gguf.pack(args.folder, args.out, int(args.piece_mb * 1e6))
     sizes = ", ".join(f"{p['name']} ({p['bytes']:,} bytes)" for p in entry["pieces"])
     print(f"packed {args.folder} -> {args.out}: {entry['file']} ({entry['bytes']:,} bytes, sha256 "
@@ -54,6 +67,7 @@ def unpack(args: argparse.Namespace) -> int:
         raise PitError(f"--out {args.out!r} with --check {args.check}: expected --out DIR, or --check alone")
     if args.out is not None and len(args.stages) > 1:
         raise PitError(f"{len(args.stages)} stages with --out {args.out!r}: expected one stage per teacher folder")
+    check_outputs([args.out], args.stages)
     for stage in args.stages:
         if args.check:
             entry, present, missing = gguf.check_stage(stage)
