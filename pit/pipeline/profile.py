@@ -67,7 +67,7 @@ class Profile:
         self.tables = TABLES + (["stability", "teacher_gap", "frontier"] if self.seeds else [])  # + the study's
         self.study_figures = ["study_frontier", "study_teacher_gap"] if self.seeds else []  # pit figure claims --study
         self.figures = [
-            *(f"figure{n}_{mode}_loss" for n, mode in LOSS_FIGURES.items()),
+            *(f"figure{n}_{mode}_loss" for n, mode in LOSS_FIGURES.items() if self.modes[mode]),  # modes with slots
             "interface_drift",
             "figure2_transition",
             "side_effects",
