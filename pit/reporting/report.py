@@ -243,6 +243,14 @@ def run_counts(runs: Path) -> str:
 
 def comparability(config: dict) -> str:
     """What in this profile's results can be compared with the paper's numbers, and what cannot."""
+    from pit.reporting.real_teachers import real_slots
+
+    if real_slots(config):
+        return (
+            "This profile continues real pretrained tied models (dequantised from their 4-bit releases) for a few "
+            "dozen steps on CPU: the arms are comparable with each other (same teacher, same data, same order), not "
+            "with the paper's numbers (other models, data and scale); the early phase only (docs/real.md)."
+        )
     if config.get("seeds"):
         return (
             "This profile tests the paper's claims at laptop scale: tiny models on an offline corpus, each arm once "
@@ -283,8 +291,12 @@ def unigram_findings(config: dict, runs: Path) -> list[str]:
 
 def summary_section(config: dict, tables: Path, runs: Path | None) -> list[str]:
     """The report's opening: profile, what ran, what is comparable, the few findings."""
+    from pit.reporting.real_teachers import real_slots
+
     what = (
-        "tests the paper's claims at laptop scale"
+        "the paper's teacher-mode experiment on real pretrained tied models"
+        if real_slots(config)
+        else "tests the paper's claims at laptop scale"
         if config.get("seeds")
         else ("the paper's settings" if config["profile"] == "paper" else "checks that the whole pipeline runs")
     )
