@@ -460,7 +460,7 @@ def complete(rows: list[dict], data: Seeds) -> list[dict]:
         (e["diff_ci_low"], e["diff_ci_high"]), (e["adj_ci_low"], e["adj_ci_high"]) = exact_intervals(d, levels)
         primary_open = row["role"] == "primary" and e["kind"] == "inconclusive" and row["kind"] != "fisher"
         e["mde"] = min_detectable(d, ALPHA / e["family"]) if primary_open else math.nan
-        e["fragile"] = fragility(rows, i, e["kind"], data, left_out) if e["kind"] in DECIDED else ("", None)
+        e["fragile"] = fragility(rows, i, e["kind"], data, left_out) if e["kind"] in DECIDED else ("-", None)
     return evals
 
 
@@ -494,7 +494,7 @@ def verdict_kind(text: str) -> str:
 
 def fragile_cell(text: str) -> tuple[str, int | None]:
     if not text.startswith("yes"):
-        return text.strip(), None
+        return text.strip() or "-", None  # '-' (or empty): a row that is not decided
     seed = re.search(r"seed (-?\d+)", text)
     return "yes", int(seed.group(1)) if seed else None
 

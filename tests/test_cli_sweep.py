@@ -236,7 +236,7 @@ SWEEP = {
     "config check": [
         (["{T}/none.yaml"], "config file none.yaml: No such file or directory"),  # shown relative to the cwd
         (["{T}/bad.yaml"], "bad.yaml:3:4: YAML syntax error in the config"),
-        (["{T}/notman.json"], "invalid config at (top level)"),
+        (["{T}/notman.json"], "invalid config at a: unknown key 'a'"),
         ([], "FILE"),
     ],
     "convert": [
@@ -264,6 +264,14 @@ SWEEP = {
         (["smollm2-135m", "--all", "--out", "{T}/t"], "expected a source or --all, not both"),
     ],
     "teacher list": [(["--bogus"], "--bogus")],
+    "teacher pack": [
+        (["{T}/empty", "--out", "{T}/stage"], "no provenance.json"),
+        (["{T}/empty", "--out", "{T}/stage", "--piece-mb", "0"], "--piece-mb 0.0: expected a size in MB"),
+    ],
+    "teacher unpack": [
+        (["{T}/empty", "--out", "{T}/t"], "{T}/empty"),
+        (["{T}/empty"], "expected --out DIR, or --check alone"),
+    ],
     "runs": [
         (["--uri", "sqlite:///{T}/none.db"], "no MLflow store at 'sqlite:///{T}/none.db'"),
         (["--uri", "{T}/mlruns"], "no MLflow store"),

@@ -102,4 +102,4 @@ def test_the_profile_schema_takes_a_checkpoint_tokenizer():
     config["tokenizers"]["gpt2"] = {"kind": "checkpoint", "source": "models/tinyllama"}
     assert schema_problem(config) is None
     config["tokenizers"]["gpt2"]["vocab_size"] = 32000
-    assert schema_problem(config)[0] == ["tokenizers", "gpt2"]
+    assert schema_problem(config)[0] == ["tokenizers", "gpt2", "vocab_size"]  # the unknown key itself

@@ -29,7 +29,7 @@ def test_a_partial_samples_file_is_scored_over_the_benchmark(tmp_path, humaneval
     path = tmp_path / "one.jsonl"
     path.write_text(json.dumps({"task_id": first, "completion": humaneval.records[first]["canonical_solution"]}))
     code, out, _ = evaluate(capsys, "humaneval", "--samples", str(path))
-    assert code == 0 and out.strip() == "humaneval: pass@1 = 0.0061 (1/164), covered 1/164"
+    assert code == 0 and out.strip().startswith("humaneval: pass@1 = 0.0061 (1/164), covered 1/164, sandbox: ")
     code, out, _ = evaluate(capsys, "humaneval", "--samples", str(path), "--json")
     result = json.loads(out)
     assert (result["pass@1"], result["n"], result["passed"], result["covered"]) == (1 / 164, 164, 1, 1)

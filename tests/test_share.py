@@ -70,7 +70,16 @@ def test_pull_gives_the_pushed_files_and_snakemake_and_dvc_have_nothing_to_do(sh
     assert "Data and pipelines are up to date" in tool(env, clone, "dvc", "status").stdout
     for command, phases in (
         ("push", ["snakemake -n", "dvc commit --force", "dvc push"]),
-        ("pull", ["dvc pull", "dvc status", "snakemake --touch --forceall", "importing the MLflow runs"]),
+        (
+            "pull",
+            [
+                "dvc pull",
+                "checking every pulled file",
+                "dvc status",
+                "snakemake --touch --forceall",
+                "importing the MLflow runs",
+            ],
+        ),  # fmt: skip
     ):  # each phase a plain line on stderr (a pipe here) as it starts
         said = [x for x in shared[f"{command}_progress"].splitlines() if x.startswith(f"pit share {command}: [")]
         shown = [x.split("] ", 1)[1] for x in said]

@@ -684,10 +684,10 @@ DECIDED = ("supported", "contradicted", "not specific to PIT")
 
 def fragility(claim: Claim, index: Index, family: list[Cell], rows: list[dict], design: Design) -> None:
     """`fragile` of every decided row: the first seed whose removal from the family changes its verdict's kind
-    ('no' when none does; '' for rows that are not decided)."""
+    ('no' when none does; '-' for rows that are not decided)."""
     decided = [i for i, r in enumerate(rows) if verdict_kind(r["verdict"]) in DECIDED]
     for r in rows:
-        r["fragile"] = ""
+        r["fragile"] = "-"  # not decided: nothing to be fragile
     if not decided:
         return
     seeds = index.seeds()
@@ -825,7 +825,7 @@ def row_sentence(row) -> str:
             if math.isfinite(mde)
             else ""
         )
-    if isinstance(row["fragile"], str) and row["fragile"]:
+    if isinstance(row["fragile"], str) and row["fragile"] not in ("", "-"):
         text += "; robust to dropping any one seed" if row["fragile"] == "no" else f"; fragile ({row['fragile']})"
     if kind == "not specific to PIT":
         text += f"; {row['verdict'].removeprefix('not specific to PIT: ')}"
