@@ -438,3 +438,30 @@ def test_the_committed_study_recomputes_decides_by_design_and_says_what_its_tabl
     readme = (study / "README.md").read_text()
     minutes = float(re.search(r"Wall time: ([0-9.]+) minutes", readme).group(1))
     assert minutes <= 150 and "2 cores" in readme
+
+
+def test_the_real_teacher_findings_and_readme_lines_come_from_the_runs(results, tmp_path):
+    """A profile with a real (GGUF) teacher slot: REPORT.md's block and the README's lines carry the teacher's release,
+    its own scores, each arm's starting cost, the gap trajectories and the consistency metrics, from the files."""
+    import shutil
+
+    from pit.reporting.real_teachers import real_summary, real_teacher_findings
+
+    root = tmp_path / "project"
+    shutil.copytree(results, root / "results")
+    write_json(root / "resources/teachers/303m/provenance.json", {
+        "gguf_file": "tiny.gguf", "package": "llm-tiny", "version": "1.0", "quantization": "MOSTLY_Q4_1",
+        "gguf_sha256": "ab" * 32, "dequantised_dtype": "float32"})  # fmt: skip
+    write_json(root / "results/teachers/303m/eval/humaneval.json", {"task": "humaneval", "pass@1": 12.5, "n": 8})
+    config = {"pretrain": {"teacher_slots": {"303m": {"gguf": "tiny"}}}}
+    text = "\n".join(real_teacher_findings(config, root / "results"))
+    assert "tiny.gguf from `llm-tiny==1.0` (MOSTLY_Q4_1, sha256 abababababab..." in text
+    assert "its own scores: humaneval 12.5% of 8" in text
+    # first-step losses: every arm's synthetic curve starts at 8 + 3.5 + shift + noise; the costs are arm - TT
+    assert "starting cost (first-step loss minus TT's" in text and "PIT -0." in text
+    # PIT's validation loss falls 0.01 a step to its final value (write_run): +0.135 at step 30, -0.165 at the end
+    assert "PIT - TT-matched: +0.14 [0.11, 0.16] at step 30, -0.17 [-0.19, -0.14] at step 60 (n = 8, 95% " in text
+    assert "PIT Delta_TI 1e-06, raw cosine 0" in text
+    lines = real_summary(config, root / "results")
+    assert len(lines) == 2 and lines[0].startswith("- 303m: PIT (T = I) starts -0.") and "After 60 steps" in lines[1]
+    assert real_teacher_findings({"pretrain": {"teacher_slots": {"303m": {"stand_in": "x"}}}}, root / "results") == []
