@@ -4,6 +4,7 @@ its stated tolerance. The rerun itself, on a pulled clone, is tested in test_sha
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import subprocess
@@ -213,6 +214,8 @@ def test_share_pull_fails_on_content_that_differs_from_dvc_lock(tmp_path, monkey
 
     from pit.commands import main
 
+    # An earlier in-process `pit share` in this worker set DVC's handlers on that test's captured stderr, now closed.
+    monkeypatch.setattr(logging.getLogger("dvc"), "handlers", [])
     origin, clone, remote = tmp_path / "origin", tmp_path / "clone", tmp_path / "remote"
     subprocess.run(["git", "init", "-q", str(origin)], check=True)
     write(origin / "results/table.csv", "a,b\n1,2\n")
