@@ -445,7 +445,7 @@ def read_pieces_manifest(manifest: str | os.PathLike) -> dict:
     plain = all(isinstance(n, str) and n and Path(n).name == n and n not in (".", "..") for n in names)
     if not isinstance(entry, dict) or entry.get("format") != PIECES_FORMAT or not entry.get("pieces") or not plain:
         raise PitError(f"{str(manifest)!r} is not a manifest of pieces; expected {PIECES_FORMAT} as "
-                       "`pit teacher split` writes it (file, bytes, sha256, pieces of plain file names)")  # fmt: skip
+                       "`pit teacher pack` writes it (file, bytes, sha256, pieces of plain file names)")  # fmt: skip
     return entry
 
 

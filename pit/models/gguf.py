@@ -294,8 +294,6 @@ def unpack(stage: str | os.PathLike, out: str | os.PathLike) -> dict:
     here, and the weights must hash as the provenance records (weights_sha256); every other file is the stage's.
     A missing or changed piece, another GGUF file or other weights (a transformers or gguf that dequantises
     differently) is a PitError, and nothing is written. Returns the provenance."""
-    from importlib.metadata import version
-
     manifest, like, provenance = stage_parts(stage)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -311,7 +309,7 @@ def unpack(stage: str | os.PathLike, out: str | os.PathLike) -> dict:
             model.save_pretrained(tmp)
             weights = {f.name: sha256_file(f) for f in sorted(tmp.glob("*.safetensors"))}
             if weights != provenance["weights_sha256"]:
-                here = f"transformers {version('transformers')}, gguf {version('gguf')}"
+                here = f"transformers {metadata.version('transformers')}, gguf {metadata.version('gguf')}"
                 there = f"transformers {provenance['transformers']}, gguf {provenance['gguf']}"
                 expected = _short(provenance["weights_sha256"])
                 raise PitError(f"the weights dequantised here ({here}) hash {_short(weights)}; expected {expected} as "
