@@ -463,5 +463,5 @@ def test_the_real_teacher_findings_and_readme_lines_come_from_the_runs(results, 
     assert "PIT - TT-matched: +0.14 [0.11, 0.16] at step 30, -0.17 [-0.19, -0.14] at step 60 (n = 8, 95% " in text
     assert "PIT Delta_TI 1e-06, raw cosine 0" in text
     lines = real_summary(config, root / "results")
-    assert len(lines) == 2 and lines[0].startswith("- 303m: PIT (T = I) starts -0.") and "After 60 steps" in lines[1]
+    assert len(lines) == 2 and lines[0].startswith("- 303m: PIT (T = I) starts -0.") and "After 60 steps (1 seed, profile default)" in lines[1]
     assert real_teacher_findings({"pretrain": {"teacher_slots": {"303m": {"stand_in": "x"}}}}, root / "results") == []

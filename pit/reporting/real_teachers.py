@@ -129,8 +129,9 @@ def real_summary(config: dict, results: Path) -> list[str]:
             f"{'; '.join(ends)}."
         )
     steps = int(gaps["step"].max()) if len(gaps) else 0
+    n = len(config.get("seeds", [])) or 1
     lines.append(
-        f"- After {steps} steps on CPU (one seed) this is the early phase only: docs/real.md says what it can and "
-        "cannot show; docs/results/real/REPORT.md has every number."
+        f"- After {steps} steps ({n} seed{'s' if n != 1 else ''}, profile {config.get('profile', 'default')}) this "
+        "is the early phase only: docs/real.md says what it can and cannot show; REPORT.md has every number."
     )
     return lines
