@@ -243,6 +243,7 @@ def test_summary_logs_the_claims_table_as_a_table_artifact_and_paper_tables_as_m
     (tables / "table1.csv").write_text("# Table 1\nmode,slot,method,train_loss\nteacher,256m,PIT,2.5\n")
     claim = '"""PIT reaches a lower loss than TT at every scale, with a long quote"" (Section 5.3)"'
     (tables / "claims.csv").write_text(f"claim,paper,n,diff,verdict\nloss,{claim},1,-0.25,n = 1\nangle,x,3,,holds\n")
+    (tables / "stability.csv").write_text("\n")  # a table with no rows in this profile: left out
     (tmp_path / "figures").mkdir()
     (tmp_path / "REPORT.md").write_text("# report\n")
     uri = f"sqlite:///{tmp_path / 'm.db'}"
@@ -260,6 +261,7 @@ def test_summary_logs_the_claims_table_as_a_table_artifact_and_paper_tables_as_m
     assert table["data"][1] == ["angle", "x", 3, None, "holds"]
     logged = json.loads(run.data.tags["mlflow.loggedArtifacts"])
     assert {"path": "table_artifacts/claims.json", "type": "table"} in logged
+    assert not any("stability" in entry["path"] for entry in logged)
 
 
 def test_pit_runs_filters_by_stage_and_arm_in_a_compact_table(shared):

@@ -65,11 +65,14 @@ def table_metrics(csv_path: str | Path) -> dict[str, float]:
 
 def log_tables(tracker: Tracker, csv_paths: list[Path]) -> None:
     """Each table CSV as an MLflow table artifact `table_artifacts/<stem>.json` (columns and rows, as
-    `mlflow.log_table` writes them)."""
+    `mlflow.log_table` writes them); a table with no rows in this profile (e.g. the stability sweep's in a profile
+    without one: its CSV is empty) is left out."""
     import pandas as pd
 
     for path in csv_paths:
-        frame = pd.read_csv(io.StringIO("\n".join(csv_rows(path))))  # an empty cell: null
+        if not (rows := csv_rows(path)):
+            continue
+        frame = pd.read_csv(io.StringIO("\n".join(rows)))  # an empty cell: null
         # text as object dtype: log_table looks for text columns as "object", which pandas 3 warns about for "str"
         frame = frame.astype(dict.fromkeys(frame.select_dtypes(exclude="number").columns, object))
         tracker.log_table(frame, f"{TABLE_ARTIFACTS}/{path.stem}.json")
