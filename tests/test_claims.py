@@ -207,6 +207,20 @@ def test_per_seed_metrics_of_a_run_that_diverged_inside_warmup():
     assert math.isnan(m["early_rise_excess"]) and not any(k.startswith("val_loss@") for k in m)
 
 
+def test_a_teacher_run_that_ends_above_its_first_loss_regressed_and_keeps_its_loss():
+    """A continued teacher can get worse (forgetting at a re-warmed rate): a number, not a divergence. In scratch
+    mode the same curve learned nothing, and counts as diverged."""
+    from pit.reporting.per_seed import pretrain_metrics
+
+    rows = [{"step": s + 1, "loss": 2.5 + 0.05 * s} for s in range(30)] + [{"step": 10, "val_loss": 3.9}]
+    run = {"params": {"train": {"warmup_steps": 3}, "vocab_size": 262144}}
+    teacher = pretrain_metrics({"mode": "teacher", "val_loss": 3.4, "first_step_loss": 2.5, "steps": 30}, rows, run)
+    assert teacher["diverged"] == 0.0 and teacher["val_loss"] == 3.4 and teacher["val_loss@10"] == 3.9
+    assert teacher["max_rise"] > 0 and math.isfinite(teacher["early_rise_excess"])
+    scratch = pretrain_metrics({"mode": "scratch", "val_loss": 3.4, "first_step_loss": 2.5, "steps": 30}, rows, run)
+    assert scratch["diverged"] == 1.0 and math.isnan(scratch["val_loss"]) and "val_loss@10" not in scratch
+
+
 # ---- controls and resolution --------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("untied", "polar", "expect"),
@@ -463,5 +477,9 @@ def test_the_real_teacher_findings_and_readme_lines_come_from_the_runs(results, 
     assert "PIT - TT-matched: +0.14 [0.11, 0.16] at step 30, -0.17 [-0.19, -0.14] at step 60 (n = 8, 95% " in text
     assert "PIT Delta_TI 1e-06, raw cosine 0" in text
     lines = real_summary(config, root / "results")
-    assert len(lines) == 2 and lines[0].startswith("- 303m: PIT (T = I) starts -0.") and "After 60 steps (1 seed, profile default)" in lines[1]
+    assert (
+        len(lines) == 2
+        and lines[0].startswith("- 303m: PIT (T = I) starts -0.")
+        and "After 60 steps (1 seed, profile default)" in lines[1]
+    )
     assert real_teacher_findings({"pretrain": {"teacher_slots": {"303m": {"stand_in": "x"}}}}, root / "results") == []

@@ -201,13 +201,15 @@ def test_report_opens_with_summary_and_provenance_and_captions_its_figures(tmp_p
     write_table(table3(), tables / "table3", "table3", "default")
     figures.mkdir()
     Image.new("RGB", (8, 8), "white").save(figures / "figure3_scratch_loss.png")
+    (tables / "stability.md").write_text("**Stability.** Profile: `default`.\n")  # no sweep in this profile:
+    (tables / "stability.csv").write_text("\n")  # a table with no rows, left out of the report
     config = json.loads(json.dumps(yaml.safe_load((root / "config/config.yaml").read_text()), sort_keys=True))
     text = build_report(config, tables, figures, tmp_path / "REPORT.md", None, root / "workflow/report")
     assert text.startswith("# PIT reproduction report: profile `default`\n\n## Summary\n")
     order = ["## Summary", "Comparable with the paper: only Table 3", "## Provenance", "## What was run", "## Table 3",
              "The XL row reads Eq. 17", "## Figures", "![figure3_scratch_loss](figures/figure3_scratch_loss.png)",
              "*Figures 3 and 4: training loss against tokens seen"]  # fmt: skip
-    assert [text.index(x) for x in order] == sorted(text.index(x) for x in order)
+    assert [text.index(x) for x in order] == sorted(text.index(x) for x in order) and "## Stability" not in text
     slots = [line.split()[3] for line in text.splitlines() if line.startswith("- teacher slot")]
     assert slots == ["256m:", "590m:", "1.3b:"]  # size order, not the sorted keys of the config the pipeline passes
     page = report_html(text)
@@ -217,6 +219,9 @@ def test_report_opens_with_summary_and_provenance_and_captions_its_figures(tmp_p
         run.mkdir(parents=True)
         (run / "summary.json").write_text(json.dumps({"val_loss": loss}))
     assert learned(tmp_path / "pretrain", "scratch", 6.3).startswith("- Every scratch-mode model ends worse than a")
+    per_slot = learned(tmp_path / "pretrain", "scratch", {"303m": 6.3, "613m": 7.5})  # two tokenizers: each its own
+    assert per_slot.startswith("- 1 of 2 scratch-mode models end worse than a unigram model (arms tt)")
+    assert per_slot.endswith("against the unigram entropy of each slot's validation split (303m 6.300, 613m 7.500).")
 
 
 def test_every_figure_of_every_profile_has_its_caption_file():

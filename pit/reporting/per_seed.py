@@ -6,16 +6,17 @@ the LoRA task of post-training metrics ('' elsewhere). The claims table (pit.rep
 table alone, and so can anyone else (scripts/check_claims.py does, with numpy and scipy only).
 
 Metrics of a pretraining run (pretrain/<run>/summary.json, metrics.jsonl, run.json):
-  val_loss, first_loss, final_train_loss, log_vocab (ln V), unigram_entropy (of the run's validation split, nats),
-  lr, max_delta_ti, early_rise, early_rise_noise, early_rise_excess, loss_noise, spikes, nonfinite_steps, max_rise,
-  val_loss@<step> (the learning curve); diverged (1: the run ended with a non-finite validation loss, one no lower
-  than its first loss, or was recorded as diverged in its summary: non-finite weights, too many skipped steps, stopped
-  after stop_after_nonfinite non-finite steps), diverged_at (the first step of the non-finite stretch the run ended
-  in, NaN for a run that did not end non-finite), tail_start (decay_steps: where a constant-rate tail begins). A
-  run that diverged has no loss measures: its val_loss, val_loss@*, early rise and max rise are NaN (an outcome,
-  not a number), and its spikes are NaN when it diverged before the count starts (the end of warmup). The
-  learning-rate sweep's group measures (diverged rates, spikes over the rates both arms ran, lr sensitivity) are
-  made from these by the claims table (pit.reporting.claims), not here.
+  val_loss, first_loss, final_train_loss, log_vocab (ln V), unigram_entropy (of the run's validation split, nats), lr,
+  max_delta_ti, early_rise, early_rise_noise, early_rise_excess, loss_noise, spikes, nonfinite_steps, max_rise,
+  val_loss@<step> (the learning curve); diverged (1: the run ended with a non-finite validation loss, in scratch mode
+  one no lower than its first loss, or was recorded as diverged in its summary: non-finite weights, too many skipped
+  steps, stopped after stop_after_nonfinite non-finite steps; a teacher-mode run starts at the teacher's low loss, and
+  ending above it is a regression, kept as its loss, not a divergence), diverged_at (the first step of the non-finite
+  stretch the run ended in, NaN for a run that did not end non-finite), tail_start (decay_steps: where a constant-rate
+  tail begins). A run that diverged has no loss measures: its val_loss, val_loss@*, early rise and max rise are NaN
+  (an outcome, not a number), and its spikes are NaN when it diverged before the count starts (the end of warmup). The
+  learning-rate sweep's group measures (diverged rates, spikes over the rates both arms ran, lr sensitivity) are made
+  from these by the claims table (pit.reporting.claims), not here.
 Of a diagnosis (diagnostics/<run>/diagnostics.json): raw_cosine, polar_cosine, lens_kl_ratio, lens_ce_gap,
   lens_mean_kl_bits, lens_mean_ce_bits, final_entropy_bits.
 Of a LoRA run on task k (posttrain/<run>/<k>/): lora_kl, lora_val_loss_change, nll_before, nll_after,
@@ -97,7 +98,8 @@ def pretrain_metrics(summary: dict, rows: list[dict], run_json: dict) -> dict[st
     warmup = train.get("warmup_steps", 0)
     val, first = _f(summary.get("val_loss")), _f(summary.get("first_step_loss"))
     deltas = [r["delta_ti"] for r in rows if r.get("delta_ti") is not None and math.isfinite(r["delta_ti"])]
-    diverged = not math.isfinite(val) or (math.isfinite(first) and val >= first) or bool(summary.get("diverged"))
+    learned_nothing = summary.get("mode") != "teacher" and math.isfinite(first) and val >= first
+    diverged = not math.isfinite(val) or learned_nothing or bool(summary.get("diverged"))
     at = diverged_at(summary, losses)
     out = {
         "val_loss": math.nan if diverged else val,

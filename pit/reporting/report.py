@@ -93,29 +93,55 @@ def data_facts(data: Path, tokenizers: list[str]) -> tuple[list[str], dict[tuple
     return lines, entropy
 
 
-def learned(runs: Path, mode: str, entropy: float | None) -> str:
+def learned(runs: Path, mode: str, entropy: float | dict[str, float] | None) -> str:
     """A mode's validation losses against the unigram entropy of their data, in plain words: a model whose loss is
-    at or above it predicts no better than token frequencies alone (no context)."""
+    at or above it predicts no better than token frequencies alone (no context). `entropy`: one value, or one per
+    slot where the slots read different tokenizers (two real teachers of different families)."""
     found = {f: read_json(f)["val_loss"] for f in (runs / mode).glob("**/summary.json")}
-    if not found or entropy is None:
+    per_slot = entropy if isinstance(entropy, dict) else None
+    limit = {f: (per_slot or {}).get(f.relative_to(runs / mode).parts[0]) if per_slot else entropy for f in found}
+    found = {f: v for f, v in found.items() if limit[f] is not None}
+    if not found:
         return ""
     losses = list(found.values())
-    worse = sorted({f.relative_to(runs / mode).parts[1] for f, v in found.items() if not v < entropy})
+    worse = sorted({f.relative_to(runs / mode).parts[1] for f, v in found.items() if not v < limit[f]})
+    values = sorted({limit[f] for f in found})
+    against = (
+        f"the unigram entropy {values[0]:.3f} of its validation split"
+        if len(values) == 1
+        else "the unigram entropy of each slot's validation split ("
+        + ", ".join(f"{slot} {e:.3f}" for slot, e in sorted(per_slot.items()) if e is not None)
+        + ")"
+    )
     span = f"validation loss {min(losses):.3f} to {max(losses):.3f} nats/token over {len(losses)} runs"
-    if len(worse) and all(not v < entropy for v in losses):
+    n = sum(not v < limit[f] for f, v in found.items())
+    if n == len(losses):
         return (
             f"- Every {mode}-mode model ends worse than a unigram model (one that predicts token frequencies and "
-            f"ignores context): {span}, against the unigram entropy {entropy:.3f} of its validation split."
+            f"ignores context): {span}, against {against}."
         )
     if worse:
-        n = sum(not v < entropy for v in losses)
         return (
             f"- {n} of {len(losses)} {mode}-mode models end worse than a unigram model (arms {', '.join(worse)}); "
-            f"{span}, against the unigram entropy {entropy:.3f} of its validation split."
+            f"{span}, against {against}."
         )
+    margins = [limit[f] - v for f, v in found.items()]
     return (
-        f"- Every {mode}-mode model beats a unigram model: {span}, {entropy - max(losses):.2f} to "
-        f"{entropy - min(losses):.2f} below the unigram entropy {entropy:.3f} of its validation split."
+        f"- Every {mode}-mode model beats a unigram model: {span}, {min(margins):.2f} to {max(margins):.2f} below "
+        f"{against}."
+    )
+
+
+def slot_tokenizer(p: dict, mode: str, slot: str) -> str:
+    """The tokenizer a slot's runs read: a teacher slot's own where it names one, else its mode's."""
+    own = p["teacher_slots"].get(slot, {}).get("tokenizer") if mode == "teacher" else None
+    return own or p["tokenizer"][mode]
+
+
+def profile_tokenizers(p: dict) -> list[str]:
+    """Every tokenizer the profile's runs read, in order, once."""
+    return list(
+        dict.fromkeys([*p["tokenizer"].values(), *(slot_tokenizer(p, "teacher", s) for s in p["teacher_slots"])])
     )
 
 
@@ -139,7 +165,7 @@ def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
                 f"- {mode} slot {slot}: `{name}` ({how}{'; ' + shape if shape else ''}); arms {', '.join(arms[mode])}."
             )
     if runs is not None:
-        lines += data_facts(runs.parent / "data", list(dict.fromkeys(p["tokenizer"].values())))[0]
+        lines += data_facts(runs.parent / "data", profile_tokenizers(p))[0]
     seeds = config.get("seeds")
     lines.append(
         f"- Seeds: {', '.join(map(str, seeds))} (each arm once per seed; a seed sets initialisation, data order and "
@@ -276,9 +302,12 @@ def comparability(config: dict) -> str:
 def unigram_findings(config: dict, runs: Path) -> list[str]:
     """Each mode's `learned` line; one line when every model of every mode ends worse than a unigram model."""
     p = config["pretrain"]
-    entropy = data_facts(runs.parent / "data", list(dict.fromkeys(p["tokenizer"].values())))[1]
+    entropy = data_facts(runs.parent / "data", profile_tokenizers(p))[1]
     domains = p.get("domains", {})
-    found = {m: learned(runs, m, entropy.get((p["tokenizer"][m], domains.get(m)))) for m in ("teacher", "scratch")}
+    found = {}
+    for m in ("teacher", "scratch"):
+        slots = {s: entropy.get((slot_tokenizer(p, m, s), domains.get(m))) for s in p[f"{m}_slots"]}
+        found[m] = learned(runs, m, slots if len(set(slots.values())) > 1 else next(iter(slots.values()), None))
     found = {m: x for m, x in found.items() if x}
     if len(found) > 1 and all(x.startswith("- Every") and "ends worse" in x for x in found.values()):
         each = "; ".join(f"{m} mode {x.split(': ', 1)[1].rstrip('.')}" for m, x in found.items())
@@ -420,8 +449,8 @@ def build_report(
         "",
     ]
     for name, heading in REPORT_TABLES.items():
-        md = tables / f"{name}.md"
-        if md.is_file():
+        md, csv = tables / f"{name}.md", tables / f"{name}.csv"
+        if md.is_file() and not (csv.is_file() and not csv.read_text().strip()):  # a table with no rows: left out
             parts += [f"## {heading}", "", md.read_text().strip(), ""]
     parts += ["## Figures", ""]
     others = sorted(p for p in figures.glob("*.png") if not p.name.startswith(("claims_", "study_")))  # above
