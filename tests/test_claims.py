@@ -454,6 +454,28 @@ def test_the_committed_study_recomputes_decides_by_design_and_says_what_its_tabl
     assert minutes <= 150 and "2 cores" in readme
 
 
+def test_the_committed_real_run_recomputes_and_the_readme_says_what_its_report_says():
+    """docs/results/real: every claims row recomputes from its per-seed table; REPORT.md's findings open with what the
+    two real tied teachers show; each README line carries its teacher's starting costs and trajectories as REPORT.md
+    gives them; the run took at most 120 minutes on 2 cores."""
+    real = ROOT / "docs" / "results" / "real"
+    check = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_claims.py"), str(real / "tables" /
+                            "claims.csv")], capture_output=True, text=True)  # fmt: skip
+    assert check.returncode == 0 and "0 mismatches" in check.stdout, check.stdout[-2000:]
+    findings = (real / "REPORT.md").read_text().split("Findings:", 1)[1].split("## Provenance", 1)[0]
+    assert findings.lstrip().startswith("What real tied models show")
+    lines = block((ROOT / "README.md").read_text(), "real").splitlines()
+    assert [line.split(":", 1)[0] for line in lines[:2]] == ["- smollm2", "- gemma3"]
+    for line in lines[:2]:
+        slot, pit, head, ends = re.fullmatch(r"- (\w+): PIT \(T = I\) starts (\S+) nats from the teacher, pit-head "
+                                             r"(\S+); (.*)\.", line).groups()  # fmt: skip
+        own = findings.split(f"**{slot}**", 1)[1].split("- **", 1)[0]
+        assert f"PIT {pit}, PIT-head {head}" in own and f"trajectories of the validation loss: {ends}." in own
+    readme = (real / "README.md").read_text()
+    minutes = float(re.search(r"Wall time: ([0-9.]+) minutes", readme).group(1))
+    assert minutes <= 120 and "2 cores" in readme
+
+
 def test_the_real_teacher_findings_and_readme_lines_come_from_the_runs(results, tmp_path):
     """A profile with a real (GGUF) teacher slot: REPORT.md's block and the README's lines carry the teacher's release,
     its own scores, each arm's starting cost, the gap trajectories and the consistency metrics, from the files."""

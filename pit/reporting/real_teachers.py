@@ -132,6 +132,7 @@ def real_summary(config: dict, results: Path) -> list[str]:
     n = len(config.get("seeds", [])) or 1
     lines.append(
         f"- After {steps} steps ({n} seed{'s' if n != 1 else ''}, profile {config.get('profile', 'default')}) this "
-        "is the early phase only: docs/real.md says what it can and cannot show; REPORT.md has every number."
+        f"is the early phase only: docs/real.md says what it can and cannot show; "
+        f"docs/results/{config.get('profile', 'default')}/REPORT.md has every number."
     )
     return lines
