@@ -725,14 +725,17 @@ def frontier_figure(df, out: Path, profile: str) -> Path:
 def gap_figure(df, out: Path, profile: str) -> Path:
     """Teacher mode: the validation-loss gap of each arm to its reference against the step, mean over seeds with its
     95% band; one panel per reference (the matched-start control first: PIT's training; then TT: end to end), the
-    constant-rate tail's start dotted. Lower is better for the arm; 0 = as good as the reference."""
+    constant-rate tail's start dotted. Lower is better for the arm; 0 = as good as the reference. Several teacher
+    slots (two real teachers): the arm's colour, one line style and marker fill per slot."""
     refs = [] if df.empty else sorted(set(df["ref"]), key=lambda r: (r == "tt", r))
+    slots = [] if df.empty else list(dict.fromkeys(df["slot"]))
+    by_slot = {s: {"ls": ("-", "--", "-.", ":")[i % 4], "mfc": "white" if i % 2 else None} for i, s in enumerate(slots)}
     fig, axes = plt.subplots(1, max(len(refs), 1), figsize=(6.0 * max(len(refs), 1), 4.2), squeeze=False,
                              layout="constrained")  # fmt: skip
     for ax, ref in zip(axes.flat, refs, strict=False):
         part_ref = df[df["ref"] == ref]
         for (slot, arm), part in part_ref.groupby(["slot", "arm"], sort=False):
-            style = arm_style(arm)
+            style = {**arm_style(arm), **(by_slot[slot] if len(slots) > 1 else {})}
             ax.plot(part["step"], part["gap"], **{**style, "label": f"{METHOD_NAME.get(arm, arm)} ({slot})"})
             ax.fill_between(part["step"], part["gap_ci_low"], part["gap_ci_high"], color=style["color"], alpha=0.15)
         tail = part_ref["tail_start"].dropna()
