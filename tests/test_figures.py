@@ -3,6 +3,7 @@ notes with it; the figures' reading aids (prompts as typed, panels in size order
 shown, claims collapsed per claim and mode, an outlying arm on its own axis); REPORT.md's order and captions."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -193,7 +194,7 @@ def test_report_opens_with_summary_and_provenance_and_captions_its_figures(tmp_p
     be worse than a unigram model, in plain words."""
     import yaml
 
-    from pit.reporting.report import build_report, learned, report_html
+    from pit.reporting.report import build_report, describe_profile, learned, report_html
     from pit.reporting.tables import table3, write_table
 
     root = Path(__file__).resolve().parent.parent
@@ -210,6 +211,9 @@ def test_report_opens_with_summary_and_provenance_and_captions_its_figures(tmp_p
              "The XL row reads Eq. 17", "## Figures", "![figure3_scratch_loss](figures/figure3_scratch_loss.png)",
              "*Figures 3 and 4: training loss against tokens seen"]  # fmt: skip
     assert [text.index(x) for x in order] == sorted(text.index(x) for x in order) and "## Stability" not in text
+    assert re.search(r"\n- Steps: teacher \d+, scratch \d+; global batch", text)
+    real = yaml.safe_load((root / "config/real.yaml").read_text())  # no scratch slot: its steps are not listed
+    assert any(re.match(r"- Steps: teacher 30; global batch", line) for line in describe_profile(real))
     slots = [line.split()[3] for line in text.splitlines() if line.startswith("- teacher slot")]
     assert slots == ["256m:", "590m:", "1.3b:"]  # size order, not the sorted keys of the config the pipeline passes
     page = report_html(text)

@@ -187,10 +187,11 @@ def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
             lines.append(
                 f"- Data of the {role.replace('_', '-')} runs: corpus domain `{domain}` ({describe_domain(rule)})."
             )
-    steps = {m: {**p["train"], **p["mode_train"].get(m, {})}["max_steps"] for m in ("teacher", "scratch")}
+    modes = [m for m in ("teacher", "scratch") if p[f"{m}_slots"]] or ["teacher", "scratch"]  # the modes that ran
+    steps = ", ".join(f"{m} {({**p['train'], **p['mode_train'].get(m, {})})['max_steps']}" for m in modes)
     z = "trainable" if p["interface"]["trainable_z"] else "frozen"
     lines.append(
-        f"- Steps: teacher {steps['teacher']}, scratch {steps['scratch']}; global batch "
+        f"- Steps: {steps}; global batch "
         f"{p['train']['global_batch_tokens']} tokens; PIT: Z {z}, t_init `{p['interface']['t_init']}`."
     )
     post = config.get("posttrain")
