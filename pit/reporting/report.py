@@ -99,7 +99,7 @@ def learned(runs: Path, mode: str, entropy: float | dict[str, float] | None) -> 
     slot where the slots read different tokenizers (two real teachers of different families)."""
     found = {f: read_json(f)["val_loss"] for f in (runs / mode).glob("**/summary.json")}
     per_slot = entropy if isinstance(entropy, dict) else None
-    limit = {f: (per_slot or {}).get(f.relative_to(runs / mode).parts[0]) if per_slot else entropy for f in found}
+    limit = {f: per_slot.get(f.relative_to(runs / mode).parts[0]) if per_slot else entropy for f in found}
     found = {f: v for f, v in found.items() if limit[f] is not None}
     if not found:
         return ""
