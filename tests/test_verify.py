@@ -214,8 +214,10 @@ def test_share_pull_fails_on_content_that_differs_from_dvc_lock(tmp_path, monkey
 
     from pit.commands import main
 
-    # An earlier in-process `pit share` in this worker set DVC's handlers on that test's captured stderr, now closed.
-    monkeypatch.setattr(logging.getLogger("dvc"), "handlers", [])
+    # An earlier in-process DVC call in this worker (dvc.logger.setup) set handlers on that test's captured stderr, now
+    # closed, on each of DVC's three loggers.
+    for name in ("dvc", "dvc_objects", "dvc_data"):
+        monkeypatch.setattr(logging.getLogger(name), "handlers", [])
     origin, clone, remote = tmp_path / "origin", tmp_path / "clone", tmp_path / "remote"
     subprocess.run(["git", "init", "-q", str(origin)], check=True)
     write(origin / "results/table.csv", "a,b\n1,2\n")
