@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pit.arms import arm_kind, mode_arms
+from pit.arms import arm_kind, mode_arms, slot_tokenizer
 from pit.pipeline.layout import (
     diagnostics_file,
     final_model,
@@ -238,8 +238,7 @@ class Profile:
         stand-in teachers use the teacher tokenizer, a teacher slot with its own `tokenizer` (a teacher whose
         tokenizer differs from the other slots', e.g. two real teachers of different families) that one; domain None
         = the whole corpus (pretrain.domains)."""
-        own = self.pretrain["teacher_slots"].get(slot, {}).get("tokenizer") if role != "scratch" and slot else None
-        return own or self.pretrain["tokenizer"]["teacher" if role == "stand_in" else role], self.data_roles.get(role)
+        return slot_tokenizer(self.pretrain, "teacher" if role == "stand_in" else role, slot), self.data_roles.get(role)
 
     def token_files(self) -> list[str]:
         """Every token file of the profile: each tokenizer's whole splits, and the domains the runs read."""

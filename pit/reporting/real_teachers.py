@@ -129,10 +129,9 @@ def real_summary(config: dict, results: Path) -> list[str]:
             f"{'; '.join(ends)}."
         )
     steps = int(gaps["step"].max()) if len(gaps) else 0
-    n = len(config.get("seeds", [])) or 1
+    n, profile = len(config.get("seeds", [])) or 1, config.get("profile", "default")
     lines.append(
-        f"- After {steps} steps ({n} seed{'s' if n != 1 else ''}, profile {config.get('profile', 'default')}) this "
-        f"is the early phase only: docs/real.md says what it can and cannot show; "
-        f"docs/results/{config.get('profile', 'default')}/REPORT.md has every number."
+        f"- After {steps} steps ({n} seed{'s' if n != 1 else ''}, profile {profile}) this is the early phase only: "
+        f"docs/real.md says what it can and cannot show; docs/results/{profile}/REPORT.md has every number."
     )
     return lines

@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path
 
-from pit.arms import mode_arms
+from pit.arms import mode_arms, slot_tokenizer
 from pit.errors import PitError
 from pit.io import read_json
 from pit.reporting.captions import caption_name
@@ -130,12 +130,6 @@ def learned(runs: Path, mode: str, entropy: float | dict[str, float] | None) -> 
         f"- Every {mode}-mode model beats a unigram model: {span}, {min(margins):.2f} to {max(margins):.2f} below "
         f"{against}."
     )
-
-
-def slot_tokenizer(p: dict, mode: str, slot: str) -> str:
-    """The tokenizer a slot's runs read: a teacher slot's own where it names one, else its mode's."""
-    own = p["teacher_slots"].get(slot, {}).get("tokenizer") if mode == "teacher" else None
-    return own or p["tokenizer"][mode]
 
 
 def profile_tokenizers(p: dict) -> list[str]:
