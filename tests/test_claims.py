@@ -502,6 +502,10 @@ def test_the_real_teacher_findings_and_readme_lines_come_from_the_runs(results, 
     assert (
         len(lines) == 2
         and lines[0].startswith("- 303m: PIT (T = I) starts -0.")
-        and "After 60 steps (1 seed, profile default)" in lines[1]
+        and "After 60 steps (8 paired seeds, profile default)" in lines[1]
     )
+    # an arm with fewer seeds (pit-head on seed 0 only) is compared with TT on its own seed, not TT's mean
+    from pit.reporting.real_teachers import _cost
+
+    assert _cost({"tt": {0: 1.0, 1: 3.0}, "pit-head": {0: 2.0}}, "pit-head") == 1.0
     assert real_teacher_findings({"pretrain": {"teacher_slots": {"303m": {"stand_in": "x"}}}}, root / "results") == []

@@ -5,7 +5,8 @@ a GGUF model, config/real.yaml, docs/real.md). Every number comes from the run f
 - the teacher: its release (package, version, quantisation, GGUF sha256) from resources/teachers/<slot>/provenance.json,
   and its own scores (results/teachers/<slot>/eval/<task>.json: pass@1 / exact match on the evaluated sets);
 - the starting cost of each init: the first training step's loss of the arm minus TT's (the same first batch: arms of
-  one seed read the same windows), per arm, mean over seeds;
+  one seed read the same windows), paired by seed, mean over the seeds both ran (an arm with fewer seeds, e.g.
+  pit-head, is compared with TT on its own seeds only);
 - the trajectories: the gap of the primary PIT arm to the matched-start control and to TT at the first and the last
   validation step, with the 95% interval over seeds (none with one seed);
 - consistency: Delta_TI (max over training) and the raw-anchor cosine distance of TT, PIT and untied at the end.
@@ -19,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from pit.io import read_json
-from pit.reporting.claims import Index, finite
+from pit.reporting.claims import Index, finite, paired
 from pit.reporting.tables import METHOD_NAME, method_order
 
 
@@ -31,6 +32,12 @@ def real_slots(config: dict) -> list[str]:
 def _mean(values: dict) -> float:
     v = list(finite(values).values())
     return sum(v) / len(v) if v else math.nan
+
+
+def _cost(first: dict, arm: str) -> float:
+    """Mean over shared seeds of arm's first-step loss minus TT's."""
+    diffs = paired(first.get(arm, {}), first.get("tt", {}))
+    return sum(diffs) / len(diffs) if diffs else math.nan
 
 
 def teacher_line(slot: str, resources: Path, results: Path) -> str:
@@ -59,7 +66,7 @@ def starting_costs(index: Index, slot: str) -> str:
     first = index.runs("teacher", slot, "", "first_loss")
     tt = _mean(first.get("tt", {}))
     arms = sorted(first, key=method_order)
-    parts = [f"{METHOD_NAME.get(a, a)} {_mean(first[a]) - tt:+.2f}" for a in arms if a != "tt" and first[a]]
+    parts = [f"{METHOD_NAME.get(a, a)} {_cost(first, a):+.2f}" for a in arms if a != "tt" and first[a]]
     return f"  - starting cost (first-step loss minus TT's {tt:.3f} nats): {', '.join(parts)}."
 
 
@@ -121,17 +128,17 @@ def real_summary(config: dict, results: Path) -> list[str]:
     lines = []
     for slot in real_slots(config):
         first = index.runs("teacher", slot, "", "first_loss")
-        tt = _mean(first.get("tt", {}))
-        cost = {a: _mean(first.get(a, {})) - tt for a in ("pit", "pit-head")}
+        cost = {a: _cost(first, a) for a in ("pit", "pit-head")}
         ends = [t for t in (gap_text(gaps, slot, r) for r in ("tt-matched", "tt")) if t] if len(gaps) else []
         lines.append(
             f"- {slot}: PIT (T = I) starts {cost['pit']:+.2f} nats from the teacher, pit-head {cost['pit-head']:+.2f}; "
             f"{'; '.join(ends)}."
         )
     steps = int(gaps["step"].max()) if len(gaps) else 0
-    n, profile = len(config.get("seeds", [])) or 1, config.get("profile", "default")
+    n = int(gaps["n"].max()) if len(gaps) else len(config.get("seeds", [])) or 1  # seeds of the compared arms
+    profile = config.get("profile", "default")
     lines.append(
-        f"- After {steps} steps ({n} seed{'s' if n != 1 else ''}, profile {profile}) this is the early phase only: "
+        f"- After {steps} steps ({n} paired seed{'s' if n != 1 else ''}, profile {profile}) this is the early phase only: "
         f"docs/real.md says what it can and cannot show; docs/results/{profile}/REPORT.md has every number."
     )
     return lines
