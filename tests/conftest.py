@@ -1,3 +1,4 @@
+import json
 import os
 import sys
 from pathlib import Path
@@ -75,13 +76,28 @@ def _seed():
 
 
 @pytest.fixture(scope="session")
-def tiny_data(tmp_path_factory):
-    """Real text, small: 60 stdlib files -> GPT-2 and a 2k BPE tokenizer -> train/val token files."""
+def tiny_data(tmp_path_factory, worker_id):
+    """Real text, small: 60 stdlib files -> GPT-2 and a 2k BPE tokenizer -> train/val token files. Built once per
+    test session: the first xdist worker to need it builds it under a file lock, the others read its paths (the
+    pytest-xdist recipe for a session fixture; each worker built its own copy before, ~6 s each)."""
+    if worker_id == "master":  # no xdist
+        return build_tiny_data(tmp_path_factory.mktemp("tiny_data"))
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp().parent / "tiny_data"  # the session's folder, shared by its workers
+    with FileLock(f"{root}.lock"):
+        done = root / "paths.json"
+        if not done.is_file():
+            paths = build_tiny_data(root)
+            done.write_text(json.dumps(paths))
+        return json.loads(done.read_text())
+
+
+def build_tiny_data(root: Path) -> dict:
     from pit.data.download import download
     from pit.data.tokenize import tokenize_split
     from pit.data.tokenizers import build_tokenizer
 
-    root = tmp_path_factory.mktemp("tiny_data")
     corpus = STDLIB_CORPUS | {"shard_documents": 30}
     manifest = root / "corpus" / "manifest.json"
     download(corpus, manifest)

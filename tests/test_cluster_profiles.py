@@ -9,6 +9,8 @@ import pytest
 import yaml
 from helpers import PAPER_CONFIG, ROOT, job_counts, snakemake, write_config
 
+pytestmark = pytest.mark.xdist_group("cluster_profiles")  # its module fixtures are built once, on one worker
+
 SLURM = str(ROOT / "workflow/profiles/slurm")
 LOCAL = str(ROOT / "workflow/profiles/local")
 

@@ -18,6 +18,8 @@ from pit.core.interfaces import InterfaceConfig, PITTying
 from pit.models import build_model, convert_teacher
 from pit.models.checkpoint import save_pretrained_atomic
 
+pytestmark = pytest.mark.xdist_group("generate_cli")  # its module fixtures are built once, on one worker
+
 PROMPTS = ["def add(a, b):", "The answer is"]
 
 

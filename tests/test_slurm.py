@@ -2,9 +2,10 @@
 through `--profile workflow/profiles/slurm`. Jobs go through sbatch (their ids are in `sacct`), training jobs get
 the resources of the config, the outputs equal a local run's, a training job killed with scancel is rerun by
 `--rerun-incomplete` (resuming from its checkpoint) without redoing finished jobs, and a two-process torchrun
-training job submitted with sbatch matches the single-process run. The data stage is built locally first: its
-four jobs through SLURM took ~48 s of the suite's time, mostly each job's start-up and the status polls, and they
-are ordinary shell jobs the training jobs already cover.
+training job submitted with sbatch matches the single-process run. The data stage is built once, locally, and the
+SLURM project starts from a copy of it (modification times and Snakemake's records kept): its jobs through SLURM
+took ~48 s of the suite's time, mostly each job's start-up and the status polls, and they are ordinary shell jobs
+the training jobs already cover.
 
     python3 -m pytest -q -n 0 tests/test_slurm.py      # alone (needs setup.sh --test-system-packages as root)
 """
@@ -13,13 +14,14 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import DEFAULT_CONFIG, make_project, mtimes, wait_for
+from helpers import DEFAULT_CONFIG, Project, make_project, mtimes, wait_for
 from slurm_cluster import SlurmCluster, missing_programs
 from test_train import free_port, rows, spec
 
@@ -66,17 +68,21 @@ def table(root: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory):
+    """The reduced scratch-only DAG run locally to Table 1; `project.data_built` is a copy of the project taken once
+    its data stage had finished (the SLURM run's starting point)."""
     tmp = tmp_path_factory.mktemp("local")
     project = make_project(tmp / "project", tmp / "home")
     scratch_only(project)
+    project.snakemake("--cores", "2", *DATA)
+    project.data_built = tmp / "data-built"
+    shutil.copytree(project.root, project.data_built, symlinks=True)  # copy2: modification times kept
     project.snakemake("--cores", "2", TARGET)
     return project
 
 
 def test_reduced_dag_through_slurm_equals_local_and_survives_scancel(cluster, local_run, tmp_path):
-    project = make_project(tmp_path / "project", tmp_path / "home")
-    scratch_only(project)
-    project.snakemake("--cores", "2", *DATA)  # locally: SLURM runs the training jobs and Table 1
+    project = Project(tmp_path / "project", tmp_path / "home")  # the data built locally: SLURM runs training, Table 1
+    shutil.copytree(local_run.data_built, project.root, symlinks=True)
     env = project.env | {key: cluster.env[key] for key in ("SLURM_CONF", "PATH")}
     argv = [
         sys.executable,

@@ -20,6 +20,8 @@ from pit.data.reader import TokenFile, unigram_entropy
 from pit.models import gguf
 from pit.reporting.report import learned, table_notes
 
+pytestmark = pytest.mark.xdist_group("study_profile")  # its module fixtures are built once, on one worker
+
 STUDY_CONFIG = ROOT / "config/study.yaml"
 WORK = ("data", "train", "diagnose", "lora", "evaluate")  # the `pit` commands that do a run's work (not tables)
 

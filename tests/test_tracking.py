@@ -21,6 +21,8 @@ from pit.evaluation import evaluate as ev
 from pit.training.args import PretrainArgs
 from pit.training.pretrain import train
 
+pytestmark = pytest.mark.xdist_group("tracking")  # its module fixture `shared` is built once, on one worker
+
 EXPERIMENT = "pit-share"
 
 

@@ -18,7 +18,7 @@ from pit.data.download import iter_text_batches
 from pit.data.reader import TokenFile
 from pit.data.tokenizers import tiktoken_gpt2
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("workflow_data")]  # `built` once, on one worker
 
 
 @pytest.fixture(scope="module")
