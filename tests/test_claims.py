@@ -406,6 +406,7 @@ def test_cli_tables_figures_report_and_an_independent_recomputation(results, tmp
     pit_tt = gap[(gap["arm"] == "pit") & (gap["ref"] == "tt") & (gap["step"] == 30)]
     # at step 30: PIT's final value (-0.2 + 0.01 seed from TT's) + 0.3, averaged over seeds 0-7
     assert pit_tt["gap"].iloc[0] == pytest.approx(0.1 + 0.01 * 3.5) and set(gap["ref"]) == {"tt", "tt-matched"}
+    assert (gap["gap"] - (gap["arm_val_loss"] - gap["ref_val_loss"])).abs().max() < 1e-9
     figs = tmp_path / "figures"
     args = ["figure", "claims", "--runs", str(results), "--profile", "study", "--out-dir", str(figs), "--study",
             "--design", design]  # fmt: skip
@@ -509,3 +510,15 @@ def test_the_real_teacher_findings_and_readme_lines_come_from_the_runs(results, 
 
     assert _cost({"tt": {0: 1.0, 1: 3.0}, "pit-head": {0: 2.0}}, "pit-head") == 1.0
     assert real_teacher_findings({"pretrain": {"teacher_slots": {"303m": {"stand_in": "x"}}}}, root / "results") == []
+
+
+def test_teacher_gap_rows_compare_an_arm_with_fewer_seeds_on_its_own_seeds():
+    """untied ran seed 0 only, TT seeds 0 and 1: the row's TT loss is TT's seed 0, so gap = arm - ref in every row."""
+    from pit.reporting.study_tables import teacher_gap
+
+    runs = {("tt", 0): 3.0, ("tt", 1): 4.0, ("untied", 0): 3.25}
+    cell = {"mode": "teacher", "slot": "s", "group": "s", "lora": "", "metric": "val_loss@10"}
+    seeds = pd.DataFrame([cell | {"arm": arm, "seed": seed, "value": value} for (arm, seed), value in runs.items()])
+    (row,) = teacher_gap(seeds).to_dict("records")
+    assert (row["arm"], row["n"], row["ref_val_loss"], row["arm_val_loss"]) == ("untied", 1, 3.0, 3.25)
+    assert row["gap"] == pytest.approx(0.25)

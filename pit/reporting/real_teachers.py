@@ -138,7 +138,7 @@ def real_summary(config: dict, results: Path) -> list[str]:
     n = int(gaps["n"].max()) if len(gaps) else len(config.get("seeds", [])) or 1  # seeds of the compared arms
     profile = config.get("profile", "default")
     lines.append(
-        f"- After {steps} steps ({n} paired seed{'s' if n != 1 else ''}, profile {profile}) this is the early phase only: "
-        f"docs/real.md says what it can and cannot show; docs/results/{profile}/REPORT.md has every number."
+        f"- After {steps} steps ({n} paired seed{'s' if n != 1 else ''}, profile {profile}) this is the early phase "
+        f"only: docs/real.md says what it can and cannot show; docs/results/{profile}/REPORT.md has every number."
     )
     return lines

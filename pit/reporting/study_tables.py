@@ -93,7 +93,8 @@ def _sum(values: dict) -> float:
 def teacher_gap(seeds: pd.DataFrame) -> pd.DataFrame:
     """Per teacher slot, arm, reference and validation step: arm - reference of the validation loss, paired by seed.
     References: TT for every arm; the matched-start control (`tt-matched`, or any TT arm initialised at the polar
-    factor) for the PIT arms where it ran."""
+    factor) for the PIT arms where it ran. `ref_val_loss` and `arm_val_loss` are means over the same paired seeds as
+    the gap (an arm run on fewer seeds than its reference is compared on its own seeds), so gap = arm - ref."""
     index, rows = Index(seeds), []
     for (mode, slot, lora, metric), runs in index.values.items():
         if mode != "teacher" or lora or not metric.startswith("val_loss@") or "tt" not in runs:
@@ -107,8 +108,10 @@ def teacher_gap(seeds: pd.DataFrame) -> pd.DataFrame:
                     continue
                 diffs = paired(runs[arm], runs[ref])
                 mean, half = t_interval(diffs)
+                both = set(finite(runs[arm])) & set(finite(runs[ref]))
+                ref_loss, arm_loss = ({k: v for k, v in runs[a].items() if k in both} for a in (ref, arm))
                 rows.append({"slot": slot, "arm": arm, "ref": ref, "step": step, "n": len(diffs),
-                             "ref_val_loss": _mean_ci(runs[ref])[0], "arm_val_loss": _mean_ci(runs[arm])[0],
+                             "ref_val_loss": _mean_ci(ref_loss)[0], "arm_val_loss": _mean_ci(arm_loss)[0],
                              "gap": mean, "gap_ci_low": mean - half, "gap_ci_high": mean + half,
                              "tail_start": tail})  # fmt: skip
     df = pd.DataFrame(rows)
