@@ -86,7 +86,7 @@ def write_config(path: Path, edit) -> Path:
 
 def reduced(config: dict) -> dict:
     """The default profile cut to minutes: two slots, two interfaces (and the teacher arm pit-head), a few steps, one
-    post-training task."""
+    post-training task for the teacher slot's runs."""
     config["context_length"] = 32
     config["corpus"]["max_documents"] = 60
     config["tokenizers"]["bpe32k"]["vocab_size"] = 2000
@@ -107,6 +107,7 @@ def reduced(config: dict) -> dict:
     p["stand_in_teacher"] = {"max_steps": 4}
     post = config["posttrain"]
     post["interfaces"] = ["pit", "tt"]  # the teacher arm pit-head is pretrained, not post-trained
+    post["modes"] = ["teacher"]  # scratch models' LoRA: tests/test_lora.py (here 4 processes, ~40 CPU seconds)
     post["tasks"] = {"mbpp": ["humaneval"]}
     post["lora"].update(max_steps=2, batch_size=2, seq_len=64, checkpoint_every=1, side_effect_windows=2, limit=16)
     post["evaluate"].update(limit=2, max_new_tokens=8)

@@ -59,6 +59,7 @@ class Profile:
         self.mode_arms = {mode: mode_arms(self.interfaces, self.arm_entries[mode]) for mode in self.modes}
         self.arms = list(dict.fromkeys(self.mode_arms["teacher"] + self.mode_arms["scratch"]))
         self.post_arms = self.post.get("interfaces", self.arms)  # the pretraining arms that get LoRA
+        self.post_modes = self.post.get("modes", list(self.modes))  # ... in the slots of these modes
         self.lora_tasks = list(self.post["tasks"])  # LoRA task -> its out-of-domain evaluation tasks
         self.frontier_lrs = self.post.get("frontier_lrs", [])  # more LoRA learning rates: the side-effect frontier
         self.seeds = [str(s) for s in config.get("seeds", [])]  # seeds of every arm; none: one run per arm
@@ -197,8 +198,9 @@ class Profile:
         return [run for run in self.pretrain_runs() if not self.sweep_of(run)]
 
     def posttrain_runs(self) -> list[tuple]:
-        """The runs that get LoRA post-training (posttrain.interfaces), in slots that are not sweep slots."""
-        return [run for run in self.diagnosed_runs() if run[2] in self.post_arms]
+        """The runs that get LoRA post-training (posttrain.interfaces, posttrain.modes), in slots that are not sweep
+        slots."""
+        return [run for run in self.diagnosed_runs() if run[0] in self.post_modes and run[2] in self.post_arms]
 
     def arm_interface(self, mode: str, arm: str) -> dict:
         """The `interface` settings of a mode's arm: the profile's PIT settings, an extra PIT arm's overrides, its
