@@ -4,12 +4,17 @@ The output rule (docs/reproducibility.md, "A command never destroys an input or 
 
 1. `check_output(dst, sources)`: a destination that is one of the command's sources, contains one, or lies inside
    one is refused (one PitError line, exit 2), with or without --force. Every command with an output calls it
-   before any work.
+   before any work. Paths are compared where the kernel resolves them (`os.path.realpath`: a symbolic link before
+   the '..' after it, so `lnk/..` is the folder above the link's target), and `atomic_path` writes there too.
+   Every file a command reads is a source: its --spec, --spec-file and --config files too.
 2. `atomic_path(path)` replaces only what this command made: a folder only by a folder holding every name of the
    old one, a file only by a file of its kind (`same_kind`: a JSON object by one with every key of the old one, a
    JSON Lines file by one whose first row has every key of the old first row, a CSV by one with every column of
    the old header, any other file by one with the same first line; an empty file by anything; a writer whose
    output varies more passes its own `replaces` test). Anything else is one PitError line, and nothing is written.
+   Where a file of the same kind could be someone else's, "made by this command" must be provable: a mark in the
+   file (pit evaluate's samples and results), or a record the command wrote (a download's progress.json lists its
+   shards; a run folder's lock, staging folder and checkpoints carry pit's marker), never the same keys alone.
 3. Temporaries carry a name no user chooses, `.NAME.pit-tmp-PID-XXXXXXXX.tmp` (PID: the writing process), and
    only those of processes that are no longer running are removed; a file merely named like a temporary is never
    touched.
@@ -48,7 +53,19 @@ FIRST_LINE_BYTES = 256  # how much of a file's first line `same_kind` compares
 
 
 def _resolved(path: str | os.PathLike) -> Path:
-    return Path(os.path.realpath(os.path.abspath(path)))
+    """Where the kernel finds `path`: each component in turn, a symbolic link resolved before a '..' after it is
+    applied (`os.path.realpath` alone; `os.path.abspath` first would collapse `lnk/..` lexically)."""
+    return Path(os.path.realpath(path))
+
+
+def destination(path: str | os.PathLike) -> Path:
+    """The absolute path a write of `path` lands on, as the kernel resolves it: its folder resolved (`_resolved`)
+    and its last name kept (a symbolic link there is the destination itself); a path whose last name is '.' or
+    '..' (or ends in a slash) names the folder it resolves to."""
+    head, name = os.path.split(os.fspath(path))
+    if name in ("", ".", ".."):
+        return _resolved(path)
+    return _resolved(head or ".") / name
 
 
 def check_output(dst: str | os.PathLike, sources: Iterable[str | os.PathLike | None], flag: str = "--out") -> None:
@@ -78,19 +95,21 @@ def atomic_path(
 ) -> Iterator[Path]:
     """Yield a temporary path next to `path`; on success rename it onto `path` (atomic on POSIX).
 
-    Works for files and directories. On error the temporary is removed and `path` is untouched. First the
-    leftovers of killed writers of `path` are cleared (`remove_stale_temporaries`: an interrupted folder
-    replacement is put back). A folder is only ever replaced by a folder and a file by a file: writing a file where
-    a folder is (or the reverse) is a PitError and leaves `path` as it was, so a mistyped --out never deletes a
-    folder of results. A folder is only replaced by one of its kind: every name in the old folder must be in the
-    new one (an earlier output of the same command), else a PitError names what the old folder holds that this
-    write does not make; a file only by one of its kind: `replaces(old)` when given, else `same_kind(old, new)`.
+    Works for files and directories; `path` is written where the kernel resolves it (`destination`: through
+    symbolic links and '..' in order), messages name it as given. On error the temporary is removed and `path` is
+    untouched. First the leftovers of killed writers of `path` are cleared (`remove_stale_temporaries`: an
+    interrupted folder replacement is put back). A folder is only ever replaced by a folder and a file by a file:
+    writing a file where a folder is (or the reverse) is a PitError and leaves `path` as it was, so a mistyped --out
+    never deletes a folder of results. A folder is only replaced by one of its kind: every name in the old folder
+    must be in the new one (an earlier output of the same command), else a PitError names what the old folder holds
+    that this write does not make; a file only by one of its kind: `replaces(old)` when given, else
+    `same_kind(old, new)`.
     `replace_any` (`pit export --force`) lifts both kind rules.
     """
-    path = Path(path)
+    shown, path = str(path), destination(path)
     blocked = next((p for p in [path.parent, *path.parent.parents] if p.exists() and not p.is_dir()), None)
     if blocked is not None:
-        raise PitError(f"cannot write {str(path)!r}: {str(blocked)!r} is a file, not a folder")
+        raise PitError(f"cannot write {shown!r}: {str(blocked)!r} is a file, not a folder")
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path.parent, path.name)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.pit-tmp-{os.getpid()}-", suffix=".tmp", dir=path.parent))
@@ -99,17 +118,17 @@ def atomic_path(
         yield target
         if path.exists() and path.is_dir() != target.is_dir():
             have, new = ("a folder", "a file") if path.is_dir() else ("a file", "a folder")
-            raise PitError(f"{str(path)!r} is {have}; this writes {new} there: nothing was replaced (choose another "
+            raise PitError(f"{shown!r} is {have}; this writes {new} there: nothing was replaced (choose another "
                            "path, or remove it yourself)")  # fmt: skip
         if path.is_dir() and not path.is_symlink():
-            _check_same_kind(path, target, replace_any)
+            _check_same_kind(path, target, replace_any, shown)
             old = path.with_name(f".{path.name}.pit-old-{os.getpid()}.tmp")
             os.replace(path, old)  # from here until the next rename, `old` is the only copy (rule 4)
             os.replace(target, path)
             shutil.rmtree(old)
         else:
             if path.is_file() and not replace_any:
-                _check_file_kind(path, target, replaces)
+                _check_file_kind(path, target, replaces, shown)
             os.replace(target, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -167,31 +186,33 @@ def opens_with(marker: str, within: int = 512) -> Callable[[Path], bool]:
     return test
 
 
-def _check_file_kind(path: Path, new: Path, replaces: Callable[[Path], bool] | None) -> None:
-    """A PitError unless the file `new` may replace the file `path` (rule 2: `replaces`, else `same_kind`)."""
+def _check_file_kind(path: Path, new: Path, replaces: Callable[[Path], bool] | None, shown: str) -> None:
+    """A PitError naming `shown` unless the file `new` may replace the file `path` (rule 2: `replaces`, else
+    `same_kind`)."""
     if not (replaces(path) if replaces is not None else same_kind(path, new)):
         raise PitError(
-            f"{str(path)!r} is a file this command did not write (its content is not of the kind this command "
+            f"{shown!r} is a file this command did not write (its content is not of the kind this command "
             "writes there): nothing was replaced (choose another path, or remove it yourself)"
         )
 
 
-def _check_same_kind(path: Path, new: Path, replace_any: bool) -> None:
+def _check_same_kind(path: Path, new: Path, replace_any: bool, shown: str) -> None:
     """A PitError unless the folder `new` may replace the folder `path` (see `atomic_path`)."""
     if not replace_any:
-        refuse_foreign_folder(path, [glob.escape(name) for name in os.listdir(new)])
+        refuse_foreign_folder(path, [glob.escape(name) for name in os.listdir(new)], shown)
 
 
-def refuse_foreign_folder(path: str | os.PathLike, names: Iterable[str]) -> None:
-    """A PitError when `path` is a folder holding anything but `names` (what the command writes there; fnmatch
-    patterns): checked before a long job whose `atomic_path` would refuse at its end anyway."""
-    path, names = Path(path), tuple(names)
+def refuse_foreign_folder(path: str | os.PathLike, names: Iterable[str], shown: str | None = None) -> None:
+    """A PitError (naming `shown`, else `path`) when `path` is a folder holding anything but `names` (what the
+    command writes there; fnmatch patterns): checked before a long job whose `atomic_path` would refuse at its end
+    anyway."""
+    shown, path, names = shown or str(path), Path(path), tuple(names)
     held = os.listdir(path) if path.is_dir() else []
     extra = sorted(n for n in held if not any(fnmatch.fnmatchcase(n, pattern) for pattern in names))
     if extra:
-        shown = ", ".join(extra[:4]) + (", ..." if len(extra) > 4 else "")
+        listed = ", ".join(extra[:4]) + (", ..." if len(extra) > 4 else "")
         raise PitError(
-            f"{str(path)!r} is a folder this command did not write (it holds {shown}, which this command does not "
+            f"{shown!r} is a folder this command did not write (it holds {listed}, which this command does not "
             "make): nothing was replaced (choose another path, or remove it yourself)"
         )
 
@@ -441,9 +462,11 @@ def split_file(path: str | os.PathLike, out_dir: str | os.PathLike, max_piece_by
 def read_pieces_manifest(manifest: str | os.PathLike) -> dict:
     """A manifest of `split_file`; another file, or one whose names are not plain file names, is a PitError."""
     entry = read_json(manifest)
-    names = [entry.get("file"), *(p.get("name") for p in entry.get("pieces") or [] if isinstance(p, dict))]
+    entry = entry if isinstance(entry, dict) else {}
+    pieces = entry.get("pieces") if isinstance(entry.get("pieces"), list) else []
+    names = [entry.get("file"), *(p.get("name") if isinstance(p, dict) else None for p in pieces)]
     plain = all(isinstance(n, str) and n and Path(n).name == n and n not in (".", "..") for n in names)
-    if not isinstance(entry, dict) or entry.get("format") != PIECES_FORMAT or not entry.get("pieces") or not plain:
+    if entry.get("format") != PIECES_FORMAT or not pieces or not plain:
         raise PitError(f"{str(manifest)!r} is not a manifest of pieces; expected {PIECES_FORMAT} as "
                        "`pit teacher pack` writes it (file, bytes, sha256, pieces of plain file names)")  # fmt: skip
     return entry

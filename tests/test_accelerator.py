@@ -17,6 +17,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 from test_train import kill_at_step_8_then_resume, rows, spec
+from tolerances import run_bound, within
 
 from pit.training.args import PretrainArgs
 from pit.training.objective import NextTokenLoss
@@ -48,7 +49,8 @@ def test_bf16_training_keeps_pit_in_fp32_and_consistent_for_50_steps(device, tin
     assert params["bf16"] is True and params["device"] == device
     metrics = rows(tmp_path)
     assert [r["step"] for r in metrics] == list(range(1, 51))
-    assert max(r["delta_ti"] for r in metrics) < 1e-4  # ||W_out E - I||_F, computed in FP32
+    # ||W_out E - I||_F: the interface stays float32 under bf16 autocast: the float32 bound (tests/tolerances.py)
+    assert within(max(r["delta_ti"] for r in metrics), run_bound(tmp_path), "bf16 run delta_ti")
     assert metrics[-1]["loss"] < metrics[0]["loss"] and summary["val_loss"] < metrics[0]["loss"]
     with safe_open(tmp_path / "final" / "model.safetensors", framework="pt") as f:
         dtypes = {k: f.get_slice(k).get_dtype() for k in f.keys() if k.startswith("interface.")}  # noqa: SIM118
@@ -93,7 +95,7 @@ def test_cuda_graph_step_trains_as_the_default_compile(tiny_data, tmp_path):
     default, graphs = runs["default"], runs["reduce-overhead"]
     assert [r["step"] for r in graphs] == list(range(1, 13))
     assert all(abs(a["loss"] - b["loss"]) <= 1e-3 for a, b in zip(default, graphs)), (default, graphs)
-    assert max(r["delta_ti"] for r in graphs) < 1e-4
+    assert within(max(r["delta_ti"] for r in graphs), run_bound(tmp_path / "reduce-overhead"), "graphs delta_ti")
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from tolerances import loss_bound, within
 
 from pit.commands import main
 from pit.core.interfaces import InterfaceConfig
@@ -42,7 +43,8 @@ STEP_KEYS = {
 
 
 def pit_bench(*args):
-    return subprocess.run([sys.executable, "-m", "pit", "bench", *args], capture_output=True, text=True, timeout=300)
+    # the timeout only stops a hang: a compiling bench took > 300 s on 2 cores shared with 12 other processes
+    return subprocess.run([sys.executable, "-m", "pit", "bench", *args], capture_output=True, text=True, timeout=1800)
 
 
 @pytest.mark.slow
@@ -103,10 +105,12 @@ def test_json_schema_is_stable():
         for row in r["head_memory"]
     )
     # ours equals naive in FP32 (value and the gradients of the hidden states and of TT's table), with ignored rows
-    assert all(row["loss_abs_diff_to_naive"] < 1e-5 for row in r["head_memory"])
-    assert all(row["grad_rel_diff_to_naive"] < 1e-5 for row in r["head_memory"])
-    assert [row["table_grad_rel_diff_to_naive"] is None for row in r["head_memory"]] == [True, True, False, False]
-    assert all(row["table_grad_rel_diff_to_naive"] < 1e-5 for row in r["head_memory"][2:])
+    # within the float32 bound of a cross-entropy at the row's d and vocabulary (tests/tolerances.py)
+    rows = r["head_memory"]
+    assert all(within(row["loss_abs_diff_to_naive"], loss_bound(row["dim"], row["vocab"], 10.0)) for row in rows)
+    assert all(within(row["grad_rel_diff_to_naive"], loss_bound(row["dim"], row["vocab"])) for row in rows)
+    assert [row["table_grad_rel_diff_to_naive"] is None for row in rows] == [True, True, False, False]
+    assert all(within(row["table_grad_rel_diff_to_naive"], loss_bound(row["dim"], row["vocab"])) for row in rows[2:])
     assert [row["arm"] for row in r["generate"]] == ["pit", "tt", "untied"]
     assert all(
         set(row) == {"arm", "model", "layers", "vocab", "batch", "prompt", "new_tokens", "tokens_per_s"}

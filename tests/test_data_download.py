@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -99,3 +100,57 @@ def test_incomplete_spec_names_the_missing_keys(tmp_path):
         "data", "download", "--spec", json.dumps({"source": "local", "name": "x"}), "--out", str(tmp_path / "m.json")
     )
     assert proc.returncode == 2 and "misses key(s)" in proc.stderr and "'glob'" in proc.stderr
+
+
+SMALL = SPEC | {"glob": "@stdlib/json/*.py", "max_documents": 6, "val_fraction": 0.4, "shard_documents": 2}
+
+
+def test_a_download_deletes_and_replaces_only_the_shards_it_wrote(tmp_path, capsys):
+    """Issue 65: the Parquet files of a hub data set in the manifest's folder were deleted (every train-*.parquet and
+    val-*.parquet), also by a download that then refused. A download removes only the shards its own progress.json
+    lists, and refuses a shard-named file it did not write before touching anything."""
+    from pit.commands import main
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    theirs = {"train-00000-of-00001.parquet": b"PAR1 a hub data set's shard", "val-00000-of-00001.parquet": b"PAR1"}
+    for name, data in theirs.items():
+        (folder / name).write_bytes(data)
+    out = ["--out", str(folder / "manifest.json")]
+    bad = SMALL | {"glob": str(tmp_path / "nothing/*.py")}
+    assert main(["data", "download", "--spec", json.dumps(bad), *out]) == 2  # refused: nothing touched
+    assert sorted(p.name for p in folder.iterdir()) == sorted(theirs)
+    assert main(["data", "download", "--spec", json.dumps(SMALL), *out]) == 0
+    assert main(["data", "download", "--spec", json.dumps(SMALL | {"seed": 1}), *out]) == 0  # another spec: afresh
+    assert {name: (folder / name).read_bytes() for name in theirs} == theirs
+    ours = json.loads((folder / "progress.json").read_text())["chunks"]
+    assert sorted(p.name for p in folder.iterdir() if re.fullmatch(r"(train|val)-\d{5}\.parquet", p.name)) == sorted(
+        c[s]["file"] for c in ours for s in ("train", "val") if s in c
+    )
+    # Killed after writing a chunk's shards, before recording them: `pending` names them, the rerun replaces them.
+    progress = json.loads((folder / "progress.json").read_text())
+    last = progress["chunks"].pop()
+    progress |= {"pending": last["index"], "finished": False, "documents": progress["documents"] - last["documents"]}
+    progress["bytes"] = 0  # (only the byte budget reads it; this spec has none)
+    (folder / "progress.json").write_text(json.dumps(progress))
+    assert main(["data", "download", "--spec", json.dumps(SMALL | {"seed": 1}), *out]) == 0
+    # A shard-named file the download did not write (not in its progress.json): refused, nothing touched.
+    (folder / "val-00009.parquet").write_bytes(b"PAR1 mine")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    capsys.readouterr()
+    assert main(["data", "download", "--spec", json.dumps(SMALL | {"seed": 2}), *out]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("pit data: error")]
+    assert len(err) == 1 and "val-00009.parquet" in err[0] and "did not write" in err[0], err
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+def test_a_progress_file_the_download_did_not_write_is_refused(tmp_path, capsys):
+    from pit.commands import main
+
+    (tmp_path / "progress.json").write_text('{"epoch": 3}\n')
+    capsys.readouterr()
+    assert main(["data", "download", "--spec", json.dumps(SMALL), "--out", str(tmp_path / "manifest.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()  # refused before the download began: no progress line
+    assert len(err) == 1 and "progress.json" in err[0] and "did not write" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["progress.json"]
+    assert (tmp_path / "progress.json").read_text() == '{"epoch": 3}\n'

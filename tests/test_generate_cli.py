@@ -120,3 +120,34 @@ def test_stop_strings_give_the_completions_of_the_text_criterion(checkpoint):
     assert all(not any(s in c for s in kw["stops"]) for c in ours)
     full = generate(model, tok, prompts, max_new_tokens=24, batch_size=4, progress=False)
     assert sum(len(c) < len(f) for c, f in zip(ours, full)) >= 3  # rows that stopped early
+
+
+def test_decoding_beyond_the_context_or_the_seed_range_is_a_one_line_error(checkpoint, capsys):
+    """Issue 65 (15): `--max-new-tokens 1000000000` generated past the model's context until killed (257 on these
+    256-position models ran past it too), and `--seed 2**70` (beyond numpy's 2**32 - 1) was a traceback; both are
+    one-line errors naming the value, for `pit generate` and `pit chat`, before any text is generated (and the
+    library's generate refuses too). The largest allowed values are allowed."""
+    config = json.loads((checkpoint / "config.json").read_text())
+    context = config.get("max_position_embeddings") or config.get("n_positions")
+    assert context == 256
+    cases = [
+        (["--max-new-tokens", str(context)], f"--max-new-tokens {context}: expected at most {context - 1}"),
+        (["--max-new-tokens", "1000000000"], "--max-new-tokens 1000000000: expected at most 255"),
+        (["--seed", str(2**70), "--temperature", "1"], f"--seed {2**70}: expected an integer from 0 to 4294967295"),
+        (["--seed", str(2**32)], f"--seed {2**32}: expected an integer from 0 to 4294967295"),
+    ]
+    for command in ("generate", "chat"):
+        for args, message in cases:
+            capsys.readouterr()
+            prompt = ["--prompt", PROMPTS[0]] if command == "generate" else []
+            code = main([command, str(checkpoint), *prompt, *args])
+            out, err = capsys.readouterr()
+            assert (code, out, err.count("\n")) == (2, "", 1) and message in err, (command, args, code, out, err)
+    from pit.errors import PitError
+    from pit.evaluation.generate import check_max_new_tokens, generate, load
+
+    model, tok = load(checkpoint)
+    with pytest.raises(PitError, match="--max-new-tokens 256: expected at most 255"):
+        generate(model, tok, PROMPTS, max_new_tokens=context, progress=False)
+    assert pit_json(capsys, str(checkpoint), "--prompt", PROMPTS[0], "--seed", str(2**32 - 1), "--max-new-tokens", "2")
+    check_max_new_tokens(model, context - 1)  # the largest allowed (generating 255 tokens here takes too long)

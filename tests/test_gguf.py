@@ -138,15 +138,17 @@ def test_pack_unpack_rebuilds_the_teacher_folder_byte_for_byte(tiny, tmp_path, c
     files = sorted(p.name for p in (tmp_path / "t").iterdir())
     assert sorted(p.name for p in (tmp_path / "u").iterdir()) == files and "model.safetensors" in files
     assert all((tmp_path / "u" / f).read_bytes() == (tmp_path / "t" / f).read_bytes() for f in files)
-    prov = tmp_path / "st" / "teacher" / "provenance.json"
-    record = json.loads(prov.read_text())
+    prov, files = tmp_path / "st" / "teacher" / "provenance.json", tmp_path / "st" / "teacher" / "stage-files.json"
+    record, listed = json.loads(prov.read_text()), json.loads(files.read_text())
     prov.write_text(json.dumps(record | {"weights_sha256": {"model.safetensors": "0" * 64}}))
+    files.write_text(json.dumps(listed | {"files": listed["files"] | {"provenance.json": sha256_file(prov)}}))
     capsys.readouterr()
     assert main(["teacher", "unpack", str(tmp_path / "st"), "--out", str(tmp_path / "other")]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]  # after transformers' progress bar: one line
     assert err.startswith("pit teacher: error: the weights dequantised here (transformers ") and "not the same" in err
     assert re.search(r"hash model.safetensors \w{16}; expected model.safetensors 0{16} as provenance.json", err)
     prov.write_text(json.dumps(record))
+    files.write_text(json.dumps(listed | {"files": listed["files"] | {"provenance.json": sha256_file(prov)}}))
     piece = tmp_path / "st" / "tiny.gguf.part02"
     piece.write_bytes(piece.read_bytes()[:-1])
     assert main(["teacher", "unpack", str(tmp_path / "st"), "--out", str(tmp_path / "other")]) == 2

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
+from tolerances import close, interface_bound, network_depth, relative_bound, within
 
 from pit.analysis.side_effects import side_effects
 from pit.core.interfaces import InterfaceConfig
@@ -20,6 +21,10 @@ from pit.models.access import model_consistency, model_delta_ti
 from pit.models.checkpoint import load_model
 from pit.training.args import LoraArgs
 from pit.training.lora import merge_adapter, train_lora
+
+# both base families here (scratch-tiny, gpt2-tiny) are 2 blocks of d = 64: two float32 evaluations of one of them
+# that round differently (tests/tolerances.py) differ by at most NETWORK relative
+NETWORK = relative_bound(64, network_depth(2))
 
 
 def make_base(tiny_data, folder: Path, family: str, kind: str, seed: int = 0) -> Path:
@@ -93,12 +98,12 @@ def test_merge_save_reload_gives_identical_logits(family, kind, tiny_data, tmp_p
     out = logits(reloaded, ids)
     assert (out - before).abs().max() > 1e-4  # the update did something
     assert torch.equal(out, logits(merged_again, ids))  # the same merge, saved and reloaded: bit for bit
-    torch.testing.assert_close(out, logits(adapted, ids), rtol=1e-5, atol=1e-5)  # merged == adapter applied
+    assert close(out, logits(adapted, ids), 64, network_depth(2) + 1, "merged = adapter")  # W + BA vs Wx + B(Ax)
     # the frozen interface is untouched, so PIT's Delta_TI is still round-off
     fx = json.loads((run / "side_effects.json").read_text())
     assert fx["embedding_change"] == 0.0 and fx["head_change"] == 0.0
     if kind == "pit":
-        assert fx["delta_ti_after"] < 1e-5
+        assert within(fx["delta_ti_after"], interface_bound(reloaded.interface), "merged delta_ti")
     assert fx["kl"] > 0 and fx["positions"] == 2 * 32
 
 
@@ -143,7 +148,7 @@ def test_first_loss_is_the_cross_entropy_of_the_logits_on_target_tokens(family, 
     inputs, labels = make_batch([examples[i] for i in pick], tokenizer.eos_token_id)
     assert (labels == -100).any() and (labels != -100).any()
     expected = F.cross_entropy(logits(load_model(base), inputs).flatten(0, 1), labels.flatten(), ignore_index=-100)
-    assert logged == pytest.approx(expected.item(), rel=1e-5)
+    assert within(abs(logged - expected.item()), NETWORK * expected.item(), "logged lora loss")  # another batching
 
 
 def test_trained_interface_is_saved_with_the_adapter(tiny_data, tmp_path):
@@ -158,7 +163,7 @@ def test_trained_interface_is_saved_with_the_adapter(tiny_data, tmp_path):
     ids = torch.randint(0, 1000, (2, 16))
     assert torch.equal(logits(merged, ids), logits(reloaded, ids))
     fx = json.loads((run / "side_effects.json").read_text())
-    assert fx["embedding_change"] > 0 and fx["delta_ti_after"] < 1e-4
+    assert fx["embedding_change"] > 0 and within(fx["delta_ti_after"], interface_bound(reloaded.interface))
     assert fx["delta_ti_after"] == pytest.approx(model_delta_ti(reloaded), rel=1e-9)
     for key, value in model_consistency(reloaded).items():  # the moved interface's Table 2 metrics, after
         assert fx[f"{key}_after"] == pytest.approx(value, rel=1e-9, abs=1e-12), key

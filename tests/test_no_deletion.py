@@ -6,7 +6,14 @@
 - Each is run with a destination that holds its source (is it, contains it, or lies inside it): one line, exit 2,
   the source untouched, with or without --force (`pit export SRC DST --force` replaced the folder holding SRC).
 - Each command that writes files is run where an unrelated file of the same name lies (a user's CSV at
-  `pit evaluate --out`, a user's train.json where `pit data tokenize` puts its sidecar): refused, file unchanged.
+  `pit evaluate --out`, a user's train.json where `pit data tokenize` puts its sidecar, another model's samples of
+  the same columns in `pit evaluate --out-dir`): refused, file unchanged.
+- The folder holding the sources is also spelled through a symbolic link and `..` (`link_to_a_source_dir/..`,
+  which the kernel resolves link first): refused the same way (issue 65). A spec or config file given as --out is
+  refused as a source too.
+- The output folders hold a user's files (PRECIOUS: also a `.lock`, a `.next/`, another tool's
+  `checkpoints/step-100000/`, a hub data set's Parquet shard, a live writer's temporary): a command that writes
+  beside them leaves them as they were.
 
 `test_every_out_command_is_covered` fails when a command gains `--out` without a row in each table.
 """
@@ -27,7 +34,15 @@ from helpers import ROOT, STDLIB_CORPUS, write_tiny_gguf
 from pit.commands import COMMANDS, build_parser, main
 
 BPE = {"kind": "bpe", "vocab_size": 300, "min_frequency": 2, "seed": 0, "sample_bytes": None}
-PRECIOUS = {"final/model.safetensors": b"weights", "metrics.jsonl": b'{"step": 1}\n', "NOTE.txt": b"keep"}
+PRECIOUS = {
+    "final/model.safetensors": b"weights",
+    "metrics.jsonl": b'{"step": 1}\n',
+    "NOTE.txt": b"keep",
+    ".next/draft.txt": b"not a staged run",  # names a run folder uses, a user's here (issue 65)
+    "checkpoints/step-100000/weights.bin": b"another tool's checkpoint",
+    "train-00000-of-00001.parquet": b"PAR1 a hub data set's shard",
+    ".notes.json.pit-tmp-1-abcdefgh.tmp": b"a temporary of a live writer (pid 1)",
+}
 REFUSED = "did not write|is a folder|no run.json|exists and is not empty"
 
 
@@ -94,9 +109,11 @@ HOLDS = {
 }
 del HOLDS["fixtures teacher"]  # random weights: it reads nothing
 
-# command -> (arguments as in CASES, the file it writes, {a user's file of the same name there: its bytes})
+# command -> (arguments as in CASES, the file it writes (or "--out-dir"), {a user's file of the same name there: bytes})
+SAMPLES = b'{"task_id": "gsm8k/0", "completion": "another model\'s answer"}\n'
 UNRELATED = {
     "evaluate": (CASES["evaluate"][0], "data.csv", {"data.csv": b"id,label\n1,cat\n"}),
+    "evaluate --out-dir": (CASES["evaluate"][0], "--out-dir", {"gsm8k.samples.jsonl": SAMPLES}),  # same columns
     "data tokenize": (CASES["data tokenize"][0], "train.bin", {"train.json": b'{"lr": 0.001, "max_steps": 10}\n'}),
     "data download": (
         CASES["data download"][0],
@@ -239,8 +256,24 @@ def tree(path: Path) -> dict[str, str]:
     return {str(p.relative_to(path.parent)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
+def through_link(dst: Path, links: Path) -> str:
+    """`dst` spelled through a symbolic link and '..', which the kernel resolves link first while os.path.abspath
+    collapses `link/..` lexically (to `links`, outside every source): `LINK/..` with LINK -> a folder inside `dst`,
+    else `LINK/../NAME/REST` with LINK -> NAME, the nearest existing folder at or above `dst`."""
+    links.mkdir(exist_ok=True)
+    link = links / f"link{len(list(links.iterdir()))}"
+    inner = next((p for p in sorted(dst.iterdir()) if p.is_dir()), None) if dst.is_dir() else None
+    if inner is not None:
+        link.symlink_to(inner)
+        return f"{link}/.."
+    folder = next(p for p in [dst, *dst.parents] if p.is_dir())
+    link.symlink_to(folder)
+    return str(Path(f"{link}/..") / folder.name / dst.relative_to(folder))
+
+
+@pytest.mark.parametrize("spelling", ["plain", "link/.."])
 @pytest.mark.parametrize("command", sorted(HOLDS))
-def test_no_command_writes_where_it_reads(command, inputs, tmp_path, capsys, monkeypatch):
+def test_no_command_writes_where_it_reads(command, spelling, inputs, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     holder = tmp_path / "runs"
     shutil.copytree(inputs["CKPT"], holder / "a" / "final")  # a run folder and its sibling, under one folder
@@ -248,15 +281,53 @@ def test_no_command_writes_where_it_reads(command, inputs, tmp_path, capsys, mon
     (holder / "b" / "metrics.jsonl").write_text('{"step": 1}\n')
     values = {**{k: str(v) for k, v in inputs.items()}, "HELD": str(holder / "a" / "final"), "HOLDER": str(holder)}
     args, dst = HOLDS[command]
+    dst = fill(dst, values) if spelling == "plain" else through_link(Path(fill(dst, values)), tmp_path / "links")
     argv = [*command.split(), *(fill(a, values) for a in args)]
-    argv += [fill(dst, values)] if command in ("export", "convert") else ["--out", fill(dst, values)]
+    argv += [dst] if command in ("export", "convert") else ["--out", dst]
     watched = [Path(v) for v in values.values() if Path(v).exists() and not v.startswith("sqlite")]
     before = {str(p): tree(p) for p in watched}
     capsys.readouterr()
     rc = main(argv)
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and err and re.search(HOLDS_SOURCE, err[-1]) and fill(dst, values) in err[-1], (command, err)
+    assert rc == 2 and err and re.search(HOLDS_SOURCE, err[-1]) and dst in err[-1], (command, err)
     assert {str(p): tree(p) for p in watched} == before, f"{command} changed one of its inputs"
+
+
+# command -> (its arguments, with {SPEC} a spec or config file it reads): `--out {SPEC}` is refused as its source
+SPEC_FILES = {
+    "diagnose": ["{CKPT}", "--spec", "{SPEC}"],
+    "evaluate": ["gsm8k", "--model", "{CKPT}", "--spec", "{SPEC}"],
+    "data download": ["--spec", "{SPEC}"],
+    "data tokenizer": ["--name", "b", "--spec", "{SPEC}", "--corpus", "{MAN}"],
+    "data tokenize": ["--corpus", "{MAN}", "--split", "val", "--tokenizer", "{TOK}", "--spec", "{SPEC}"],
+    "train": ["--spec-file", "{SPEC}"],
+    "report": ["--config", "{SPEC}", "--tables", "{TABLES}"],
+    "mlflow summary": [
+        "--config-file",
+        "{SPEC}",
+        "--tables",
+        "{TABLES}",
+        "--figures",
+        "{FIGS}",
+        "--report",
+        "{REPORT}",
+    ],
+}
+
+
+@pytest.mark.parametrize("command", sorted(SPEC_FILES))
+def test_no_command_writes_onto_its_spec_file(command, inputs, tmp_path, capsys):
+    """`pit diagnose --spec S.json --out S.json` replaced the spec it read (issue 65): every file a command reads,
+    its --spec/--spec-file/--config file included, is a source for the output rule."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(inputs["TRAIN"].read_text() if command == "train" else "{}\n")
+    values = {**{k: str(v) for k, v in inputs.items()}, "SPEC": str(spec)}
+    before = spec.read_bytes()
+    capsys.readouterr()
+    rc = main([*command.split(), *(fill(a, values) for a in SPEC_FILES[command]), "--out", str(spec)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err and re.search(HOLDS_SOURCE, err[-1]), (command, err)
+    assert spec.read_bytes() == before
 
 
 @pytest.mark.parametrize("command", sorted(UNRELATED))
@@ -267,8 +338,69 @@ def test_no_command_replaces_an_unrelated_file_of_the_same_name(command, inputs,
         (tmp_path / name).write_bytes(data)
     values = {k: str(v) for k, v in inputs.items()}
     capsys.readouterr()
-    rc = main([*command.split(), *(fill(a, values) for a in args), "--out", str(tmp_path / out)])
+    dst = ["--out-dir", str(tmp_path)] if out == "--out-dir" else ["--out", str(tmp_path / out)]
+    rc = main([*command.split(" --")[0].split(), *(fill(a, values) for a in args), *dst])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err and "did not write" in err[-1], (command, err)
     assert {name: (tmp_path / name).read_bytes() for name in theirs} == theirs
     assert not list(tmp_path.glob(".*.tmp")), "temporaries left behind"
+
+
+# command -> its destination inside {P}, a folder of a user's files (PRECIOUS): it writes there, exit 0
+BESIDE = {
+    "data download": "{P}/manifest.json",
+    "data tokenize": "{P}/val.bin",
+    "evaluate": "{P}/gsm8k.json",
+    "side-effects": "{P}/side.json",
+    "table": "{P}/table3",
+    "figure": "{P}/transition.png",
+    "report": "{P}/REPORT.md",
+    "mlflow export": "{P}/runs.jsonl",
+}
+
+
+@pytest.mark.parametrize("command", sorted(BESIDE))
+def test_no_command_touches_the_files_beside_its_output(command, inputs, tmp_path, capsys, monkeypatch):
+    """A command that writes into a folder of a user's files (PRECIOUS: a hub data set's Parquet shard next to a
+    download's manifest, a live writer's temporary, ...) writes its own files there and leaves theirs alone."""
+    monkeypatch.chdir(ROOT)
+    precious = tmp_path / "results"
+    for name, data in PRECIOUS.items():
+        (precious / name).parent.mkdir(parents=True, exist_ok=True)
+        (precious / name).write_bytes(data)
+    values = {**{k: str(v) for k, v in inputs.items()}, "P": str(precious)}
+    argv = [*command.split(), *(fill(a, values) for a in CASES[command][0]), "--out", fill(BESIDE[command], values)]
+    capsys.readouterr()
+    rc = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 0, (command, err[-3:])
+    assert {name: data for name, data in contents(precious).items() if name in PRECIOUS} == PRECIOUS, command
+
+
+@pytest.mark.parametrize("command", ["train", "lora train"])
+def test_run_commands_keep_a_lock_file_they_did_not_write(command, inputs, tmp_path, capsys):
+    """`pit train --out DIR` truncated, then removed, a user's DIR/.lock (issue 65)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".lock").write_bytes(b"my lock\n")
+    values = {k: str(v) for k, v in inputs.items()}
+    capsys.readouterr()
+    rc = main([*command.split(), *(fill(a, values) for a in CASES[command][0]), "--out", str(run)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err and "holds .lock, which pit did not write" in err[-1], err
+    assert contents(run) == {".lock": b"my lock\n"}
+
+
+def test_a_destination_through_a_link_and_dotdot_is_where_the_kernel_puts_it(tmp_path):
+    """`atomic_path('lnk/..')` took '..' for the destination's name: it wrote into the link's target, then failed
+    with EBUSY (a traceback, files left). Now the destination is the folder `lnk/..` resolves to, with its rules."""
+    from pit.errors import PitError
+    from pit.io import atomic_path
+
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    (tmp_path / "lnk").symlink_to(tmp_path / "d" / "sub")
+    refused = pytest.raises(PitError, match=r"'.*lnk/\.\.' is a folder this command did not write")
+    with refused, atomic_path(tmp_path / "lnk" / "..") as tmp:
+        tmp.mkdir()
+        (tmp / "new.txt").write_text("x")
+    assert [p.name for p in (tmp_path / "d").iterdir()] == ["sub"] and not any((tmp_path / "d" / "sub").iterdir())

@@ -40,6 +40,7 @@ from helpers import (
     snakemake_cmd,
     stop_group,
 )
+from tolerances import run_bound, within
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline")]  # one worker builds the shared run
 
@@ -335,7 +336,9 @@ def test_pit_runs_lists_the_store(project):
     rows = json.loads(run(["pit", "runs", "--uri", uri, "--format", "json"], project.root).stdout)
     finished = {r["run"]: r for r in rows if r["status"] == "FINISHED"}
     assert set(finished) == expected_run_names(project.root)
-    assert finished["scratch-303m-pit"]["final_loss"] > 0 and finished["scratch-303m-pit"]["delta_ti"] < 1e-4
+    pit_run = project.root / "results/pretrain/scratch/303m/pit"  # the float32 bound at its d, kappa(T)
+    assert finished["scratch-303m-pit"]["final_loss"] > 0
+    assert within(finished["scratch-303m-pit"]["delta_ti"], run_bound(pit_run), "pit runs delta_ti")
     table = run(["pit", "runs", "--uri", uri, "--experiment", "pit-default", "--wide"], project.root).stdout
     assert [c.strip() for c in table.splitlines()[0].split("|")[1:6]] == [
         "experiment",

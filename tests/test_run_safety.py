@@ -34,6 +34,7 @@ from pit.errors import PitError
 from pit.training.args import LoraArgs, PretrainArgs
 from pit.training.lora import train_lora
 from pit.training.pretrain import train
+from pit.training.run_folder import LOCK_MARKER
 
 
 def spec(data, **kw) -> dict:
@@ -171,7 +172,7 @@ def test_a_second_process_on_the_same_run_folder_fails_at_once(tiny_data, tmp_pa
     fd = os.open(run / ".lock", os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # what a `pit train` at work on this folder holds
-        os.write(fd, b"4242\n")
+        os.write(fd, f"{LOCK_MARKER}4242\n".encode())
         with pytest.raises(PitError, match=r"in use by another process \(pid 4242"):
             train(PretrainArgs.from_dict(s), run)
         proc = train_cli(s, run)
@@ -208,14 +209,16 @@ def test_damaged_checkpoints_fall_back_to_the_newest_intact_one(tiny_data, tmp_p
     (ckpts / "NOTES.txt").write_text("lr looked high at step 4")
     mine = {p: snapshot(p) if p.is_dir() else p.read_text() for p in (ckpts / "step-000002.keep", ckpts / "NOTES.txt")}
 
+    mine[ckpts / "step-999999"] = snapshot(ckpts / "step-999999")  # no checksums the run wrote: not the run's
     with caplog.at_level(logging.WARNING, logger="pit.training"):
         train(PretrainArgs.from_dict(s), run)
     warned = caplog.text
-    for bad in ("step-999999", "step-000006", "step-000004"):
+    for bad in ("step-000006", "step-000004"):
         assert f"checkpoint {ckpts / bad} is damaged" in warned, warned
+    assert f"checkpoint {ckpts / 'step-999999'} cannot be verified" in warned  # passed over, kept (issue 65)
     assert "falling back to step-000002" in warned and "step-junk" not in warned and ".keep" not in warned
     assert losses(run) == losses(ref) and same_weights(run / "final", ref / "final")
-    assert sorted(p.name for p in ckpts.iterdir()) == ["NOTES.txt", "step-000002.keep", "step-junk"]
+    assert sorted(p.name for p in ckpts.iterdir()) == ["NOTES.txt", "step-000002.keep", "step-999999", "step-junk"]
     assert {p: snapshot(p) if p.is_dir() else p.read_text() for p in mine} == mine
 
 
@@ -244,9 +247,10 @@ def test_checkpoints_that_read_fine_but_hold_other_bytes_are_damaged(tiny_data, 
     (ckpts / "step-000003/checksums.sha256").unlink()
     with caplog.at_level(logging.WARNING, logger="pit.training"):
         train(PretrainArgs.from_dict(s), run)
-    for bad in ("step-000006", "step-000005", "step-000004", "step-000003"):
+    for bad in ("step-000006", "step-000005", "step-000004"):
         assert f"checkpoint {ckpts / bad} is damaged" in caplog.text, caplog.text
-    assert "no checksums.sha256: its files cannot be verified" in caplog.text
+    # without the checksums nothing proves the run wrote step-000003: passed over, never resumed, not deleted
+    assert f"checkpoint {ckpts / 'step-000003'} cannot be verified (no checksums.sha256 that pit wrote" in caplog.text
     assert "falling back to step-000002" in caplog.text
     assert losses(run) == losses(ref) and same_weights(run / "final", ref / "final")
 
@@ -267,6 +271,39 @@ def test_training_data_changed_under_a_stopped_run_is_refused_naming_the_file(ti
         train(PretrainArgs.from_dict(s), run)
     assert str(data / "train.bin") in str(refused.value) and recorded[:12] in str(refused.value)
     assert "--overwrite" in str(refused.value) and snapshot(run) == before  # nothing deleted, run.json as it was
+
+
+def test_a_finished_run_whose_training_data_changed_is_not_reported_done(tiny_data, tmp_path, capsys):
+    """Issue 65, item 8: `pit train` on a finished run whose train.bin was rewritten (same length, other ids) said
+    "already finished with these settings": the inputs were compared on a resume, not for a finished run. run.json
+    records them (`inputs`); one written before them is compared by its params' train_data_sha256."""
+    from pit.commands import main
+
+    data = tmp_path / "data"
+    shutil.copytree(Path(tiny_data["bpe2k"]["train"]).parent, data)
+    s = spec(tiny_data, train_data=str(data / "train.bin"), max_steps=2, warmup_steps=1, final_loss_window=1)
+    run = tmp_path / "run"
+    train(PretrainArgs.from_dict(s), run)
+    record = json.loads((run / "run.json").read_text())
+    recorded = record["inputs"]["train_data"]["sha256"]
+    assert recorded == record["params"]["train_data_sha256"]
+    assert set(record["inputs"]) == {"train_data", "val_data", "tokenizer"}
+    tokens = (data / "train.bin").read_bytes()
+    (data / "train.bin").write_bytes(tokens[2:] + tokens[:2])  # same length and sidecar, other ids at each place
+    before = snapshot(run)
+    capsys.readouterr()
+    assert main(["train", "--spec", json.dumps(s), "--out", str(run)]) == 2
+    [err] = capsys.readouterr().err.strip().splitlines()
+    assert err.startswith(f"pit train: error: {str(run)!r} holds this run finished (fingerprint ")
+    assert snapshot(run) == before
+    assert f"was trained on other inputs: train_data {str(data / 'train.bin')!r} (sha256 {recorded[:12]} " in err
+    assert "pass --overwrite to train it again on these inputs" in err
+    del record["inputs"]  # a run.json written before `inputs`
+    (run / "run.json").write_text(json.dumps(record))
+    with pytest.raises(PitError, match="holds this run finished .* was trained on other inputs: train_data"):
+        train(PretrainArgs.from_dict(s), run)
+    (data / "train.bin").write_bytes(tokens)  # the data it was trained on: done, as before
+    assert train(PretrainArgs.from_dict(s), run).message.startswith(f"{run}: already finished with these settings")
 
 
 def test_an_unfinished_run_with_other_settings_needs_overwrite(tiny_data, tmp_path, caplog):

@@ -10,8 +10,12 @@ import shlex
 
 import numpy as np
 import pytest
+import torch
 import yaml
 from helpers import DEFAULT_CONFIG, PAPER_CONFIG, ROOT, job_counts, snakemake, wait_for
+from tolerances import interface_bound, relative_bound, run_bound, within
+
+from pit.models.checkpoint import load_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline")]  # one worker builds the shared run
 
@@ -107,8 +111,8 @@ def test_every_arm_has_a_run_folder_and_pit_stays_consistent(pipeline):
             summary = json.loads((run / "summary.json").read_text())
             rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
             assert len(rows) == 3 and summary["steps"] == 3
-            if kind == "pit":
-                assert max(r["delta_ti"] for r in rows) < 1e-4
+            if kind == "pit":  # the float32 bound at the run's d and kappa(T) (tests/tolerances.py)
+                assert within(max(r["delta_ti"] for r in rows), run_bound(run), f"{mode} pit delta_ti")
             else:
                 assert min(r["delta_ti"] for r in rows) > 0
             assert (run / "final" / "model.safetensors").is_file()
@@ -118,7 +122,8 @@ def test_every_arm_has_a_run_folder_and_pit_stays_consistent(pipeline):
     head = workdir / "results/pretrain/teacher/256m/pit-head"
     spec = json.loads((head / "run.json").read_text())["params"]["train"]
     assert spec["interface"] == {**spec["interface"], "kind": "pit", "t_init": "power", "t_power": 1.0}
-    assert max(json.loads(x)["delta_ti"] for x in (head / "metrics.jsonl").read_text().splitlines()) < 1e-4
+    logged = max(json.loads(x)["delta_ti"] for x in (head / "metrics.jsonl").read_text().splitlines())
+    assert within(logged, run_bound(head), "pit-head delta_ti")
     first = {
         k: json.loads((head.parent / k / "summary.json").read_text())["first_step_loss"]
         for k in ("pit", "pit-head", "tt")
@@ -167,7 +172,12 @@ def test_diagnostics_separate_pit_from_tt(pipeline):
     for mode, slot in (("teacher", "256m"), ("scratch", "303m")):
         pit = json.loads((workdir / f"results/diagnostics/{mode}/{slot}/pit/diagnostics.json").read_text())
         tt = json.loads((workdir / f"results/diagnostics/{mode}/{slot}/tt/diagnostics.json").read_text())
-        assert all(abs(v) < 1e-6 for v in pit["raw"].values()), pit["raw"]
+        # 0 in exact arithmetic; float32 E and W_out are off by the rounding of 3 d-term products, amplified by
+        # kappa(T) (tests/tolerances.py): cosine distance is second order in it, Procrustes error and angle first order
+        model = load_model(workdir / f"results/pretrain/{mode}/{slot}/pit/final")
+        w = torch.linalg.eigvalsh(model.interface.transform().double())
+        bound = relative_bound(model.interface.dim, 3, (w.max() / w.min()).item())
+        assert all(within(abs(v), bound, f"{mode} raw {k}") for k, v in pit["raw"].items()), pit["raw"]
         assert tt["raw"]["cosine_distance"] > 1e-3 and tt["delta_ti"] > 1e-3
         assert abs(tt["polar"]["cosine_distance"]) < 1e-9  # TT's polar factors coincide
 
@@ -244,7 +254,7 @@ def test_post_training_fills_table4_with_scores_gains_and_side_effects(pipeline)
         fx = json.loads((run / "mbpp/side_effects.json").read_text())
         assert fx["kl"] > 0 and fx["embedding_change"] == 0.0
         if kind == "pit":
-            assert fx["delta_ti_after"] < 1e-4
+            assert within(fx["delta_ti_after"], interface_bound(load_model(run / "mbpp/merged").interface))
         assert (run / "mbpp/merged/model.safetensors").is_file()
     table = pd.read_csv(workdir / "results/tables/table4_scores.csv")
     assert len(table) == 2 and set(table["method"]) == {"PIT", "TT"} and set(table["mode"]) == {"teacher"}

@@ -9,7 +9,10 @@ Add a subcommand with one COMMANDS entry. The library below holds no argparse.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
+import re
 import sys
 
 from pit.checkout import VERSION, environment_mismatch, package_dir
@@ -47,6 +50,13 @@ COMMANDS = {
 # What counts as bad input (one line on stderr, exit code 2): a PitError, or a path that is missing, a folder
 # where a file was expected (or the reverse), or not readable (the message names the path).
 BAD_INPUT = (PitError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+# A write the file system refuses is bad input too, whatever library made the write (`storage_error`): the disk or
+# the user's quota is full, the file system is read-only, a file is larger than it allows; and a path whose access
+# is denied (an OSError naming it: a write's temporary is named by its destination).
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
+ACCESS_ERRNOS = (errno.EACCES, errno.EPERM)
+RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)|Os \{ code: (\d+)")  # std::io::Error (safetensors, tokenizers)
+TEMPORARY_PART = re.compile(r"\.(.+)\.pit-tmp-\d+-[a-z0-9_]{8}\.tmp")  # pit.io.atomic_path's temporary folder
 
 
 def version() -> str:
@@ -120,10 +130,66 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except BAD_INPUT as err:
-        # Bad input is one clear line; anything else is a bug and keeps its traceback.
-        print(f"pit {args.command}: error: {' '.join(str(err).splitlines())}", file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 -- bad input is one clear line; anything else is a bug: its traceback
+        line = None if isinstance(err, PitError) else storage_error(err, args)
+        if line is None and not isinstance(err, BAD_INPUT):
+            raise
+        print(f"pit {args.command}: error: {' '.join((line or str(err)).splitlines())}", file=sys.stderr)
         return 2
+
+
+def _errors(err: BaseException):
+    """`err` and the errors it was raised from or during (its __cause__ and __context__ chain)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        yield err
+        err = err.__cause__ or err.__context__
+
+
+def destination_of(path: str) -> str:
+    """The path a write to `path` was making: a file inside a temporary of pit.io.atomic_path
+    (`DIR/.NAME.pit-tmp-PID-XXXXXXXX.tmp/NAME/...`) is named by where it goes (`DIR/NAME/...`)."""
+    parts = list(os.path.normpath(path).split(os.sep))
+    for i, part in enumerate(parts):
+        m = TEMPORARY_PART.fullmatch(part)
+        if m:
+            rest = parts[i + 2 :] if parts[i + 1 : i + 2] == [m[1]] else parts[i + 1 :]
+            return os.sep.join([*parts[:i], m[1], *rest])
+    return path
+
+
+def storage_error(err: BaseException, args: argparse.Namespace) -> str | None:
+    """The one line for a write the file system refused (an errno of WRITE_ERRNOS in `err` or an error it came
+    from: an OSError, or a library's message that carries the errno, as safetensors' and tokenizers' do), or for a
+    path whose access is denied (ACCESS_ERRNOS, an OSError naming it); None for any other error. It names the path
+    the OSError names (as its destination, `destination_of`), else the command's output (--out, DST), and the
+    cause. The writers leave nothing half-written: pit.io.atomic_path removes its temporary."""
+    for e in _errors(err):
+        code, path = None, None
+        if isinstance(e, OSError):
+            code, path = e.errno, e.filename
+        elif m := RUST_OS_ERROR.search(str(e)):
+            code = int(m[1] or m[2])
+        cause = f"{os.strerror(code)} ({errno.errorcode[code]})" if code in errno.errorcode else ""
+        if code in ACCESS_ERRNOS and path is not None:
+            return f"cannot access {destination_of(os.fsdecode(path))!r}: {cause}"
+        if code in WRITE_ERRNOS:
+            where = destination_of(os.fsdecode(path)) if path is not None else output_of(args)
+            return (
+                f"cannot write {where!r}: {cause}; nothing half-written was kept (free space, or choose a "
+                "destination on a writable file system)"
+            )
+    return None
+
+
+def output_of(args: argparse.Namespace) -> str:
+    """The output a command names on its command line (--out, --out-dir, DST), in words when it names none."""
+    for name in ("out", "dst", "out_dir"):
+        value = getattr(args, name, None)
+        if value:
+            return str(value[0] if isinstance(value, list) and len(value) == 1 else value)
+    return "its output"
 
 
 def entry() -> int:

@@ -4,6 +4,10 @@
 pit convert-check results/teachers/256m/final --val-data results/data/gpt2/val.bin
 pit convert-check cerebras/Cerebras-GPT-256M --t-init head --t-init power --t-power 0.5 --t-power 1 \\
     --val-data results/data/gpt2/val.bin --windows 16 --seq-len 128 --out convert_check.json
+
+A teacher folder that carries its tokenizer (tokenizer.json) must be the one the validation file was made with
+(the sha256 its sidecar records), as `pit side-effects` and `pit diagnose` check: another tokenizer's ids are
+refused before the teacher loads.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     check_outputs([args.out], args.teacher, args.val_data)
     configs = cc.init_configs(args.t_init, args.t_power)
     data = TokenFile(args.val_data)
+    data.check_checkpoint(args.teacher)  # made with the tokenizer the teacher folder carries (as `pit side-effects`)
     with cpu_threads(args.threads):
         teacher = load_teacher(args.teacher)
         result = cc.convert_check(teacher, data, configs, args.windows, args.seq_len)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from pit.commands.common import add_spec_argument, check_outputs, merge_spec, read_spec
+from pit.commands.common import add_spec_argument, check_outputs, merge_spec, read_spec, spec_path
 from pit.errors import PitError
 
 TOKENIZE_DEFAULTS = {
@@ -25,7 +25,7 @@ def _download(args) -> int:
     from pit.data.download import download, spec_sources
 
     spec = read_spec(args.spec)
-    check_outputs([args.out], spec_sources(spec))
+    check_outputs([args.out], spec_sources(spec), spec_path(args.spec))
     manifest = download(spec, args.out)
     print(
         f"corpus {manifest['name']}: {manifest['documents']} documents, {manifest['bytes']} bytes, "
@@ -45,7 +45,7 @@ def _download(args) -> int:
 def _tokenizer(args) -> int:
     from pit.data.tokenizers import build_tokenizer
 
-    check_outputs([args.out], args.corpus)
+    check_outputs([args.out], args.corpus, spec_path(args.spec))
     meta = build_tokenizer(args.name, read_spec(args.spec), args.out, corpus=args.corpus)
     print(
         f"tokenizer {meta['name']}: vocab_size {meta['vocab_size']}, eos_id {meta['eos_id']}, "
@@ -60,7 +60,7 @@ def _tokenize(args) -> int:
 
     merge_spec(args, read_spec(args.spec), TOKENIZE_DEFAULTS, TOKENIZE_TYPES)
     out = Path(args.out)
-    check_outputs([out, out.with_suffix(".json")], args.corpus, args.tokenizer)
+    check_outputs([out, out.with_suffix(".json")], args.corpus, args.tokenizer, spec_path(args.spec))
     if args.context_length is not None and args.context_length < 1:
         raise PitError(f"--context-length {args.context_length}: expected an integer >= 1 (or none)")
     if args.domain is not None:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from pit.analysis.diagnostics import diagnose, summary
-from pit.commands.common import add_spec_argument, check_outputs, merge_spec, read_spec
+from pit.commands.common import add_spec_argument, check_outputs, merge_spec, read_spec, spec_path
 from pit.errors import PitError
 from pit.io import write_json
 from pit.training.runtime import resolve_device
@@ -20,7 +21,9 @@ DEFAULTS = {"positions": 512, "seq_len": 128, "bigram_tokens": 1_000_000, "seed"
 
 def run(args: argparse.Namespace) -> int:
     merge_spec(args, read_spec(args.spec), DEFAULTS)
-    check_outputs([args.out], args.checkpoint, args.val_data)
+    check_outputs([args.out], args.checkpoint, args.val_data, spec_path(args.spec))  # a --spec file is a source too
+    if args.out is not None and Path(args.out).is_dir():  # before the work: atomic_path would refuse it at the end
+        raise PitError(f"--out {args.out!r} is a folder; expected the JSON file to write (nothing was written)")
     if args.positions < 1 or args.bigram_tokens < 2:
         raise PitError(f"--positions {args.positions} and --bigram-tokens {args.bigram_tokens}: expected >= 1 and >= 2")
     if args.seq_len < 2 or args.seed < 0:

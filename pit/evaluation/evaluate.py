@@ -69,8 +69,58 @@ def read_samples(path: str | Path) -> dict[str, str]:
     return samples
 
 
+WRITTEN_BY = "pit evaluate"  # every row of a samples file `write_samples` writes records it: proof that pit wrote it
+
+
 def write_samples(path: str | Path, samples: dict[str, str]) -> None:
-    write_text(path, "".join(json.dumps({"task_id": i, "completion": c}) + "\n" for i, c in samples.items()))
+    """The samples as JSONL rows {task_id, completion, written_by: WRITTEN_BY}; a file already at `path` is replaced
+    only when pit wrote it (`is_own_samples`): a user's samples of the same columns are refused, untouched."""
+    rows = (json.dumps({"task_id": i, "completion": c, "written_by": WRITTEN_BY}) + "\n" for i, c in samples.items())
+    write_text(path, "".join(rows), replaces=is_own_samples)
+
+
+def is_own_samples(path: Path) -> bool:
+    """Whether `path` is a samples file `write_samples` wrote (its first row records WRITTEN_BY), or empty."""
+    try:
+        if path.stat().st_size == 0:
+            return True
+        with open(path, "rb") as f:
+            row = json.loads(f.readline())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(row, dict) and row.get("written_by") == WRITTEN_BY
+
+
+def is_own_result(path: Path) -> bool:
+    """Whether `path` is a result (or its lm-eval layout) `evaluate_task` wrote: a JSON object whose `protocol`
+    records `pit_version` (a user's JSON of the same keys does not), or an empty file."""
+    try:
+        if path.stat().st_size == 0:
+            return True
+        value = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(value, dict) and isinstance(value.get("protocol"), dict) and "pit_version" in value["protocol"]
+
+
+def samples_path(out: Path) -> Path:
+    """Where the samples of the result `out` go: `<out>.samples.jsonl` (the suffix .json replaced)."""
+    return out.with_suffix(".samples.jsonl")
+
+
+def check_own_outputs(outputs: list[dict[str, Path | None]]) -> None:
+    """Before any model loads: a PitError when a file `evaluate_task` would write (a result, its samples, its
+    lm-eval layout) is there and is not one pit wrote (`is_own_result`, `is_own_samples`), or is a folder."""
+    for out in (out for paths in outputs for out in paths.values() if out is not None):
+        for path, ours in (
+            (out, is_own_result),
+            (samples_path(out), is_own_samples),
+            (lm_eval_path(out), is_own_result),
+        ):
+            if path.is_dir() or (path.exists() and not ours(path)):
+                what = "a folder" if path.is_dir() else "a file `pit evaluate` did not write (no mark of pit in it)"
+                raise PitError(f"{str(path)!r} is {what}: nothing was written (choose another --out or --out-dir, or "
+                               "remove it yourself)")  # fmt: skip
 
 
 def metric_name(result: dict) -> str:
@@ -192,14 +242,14 @@ def evaluate_task(
     completions = generate(model, tokenizer, prompts, stops=task.spec.stops, **asdict(sampling))
     samples = dict(zip(ids, completions))
     if out is not None:
-        write_samples(out.with_suffix(".samples.jsonl"), samples)
+        write_samples(samples_path(out), samples)
     result = score(task, samples, limits, workers=workers, progress=progress, allow_weak=allow_weak)
     result.update(source=source, model=str(checkpoint))
     result.update(reference_nll(model, tokenizer, prompts, [task.solution(t) for t in ids], sampling.batch_size))
     result["protocol"] = protocol(task, sampling, prompts, checkpoint)
     if out is not None:
-        write_json(out, result)
-        write_json(lm_eval_path(out), lm_eval_results(task, result, sampling, checkpoint))
+        write_json(out, result, replaces=is_own_result)
+        write_json(lm_eval_path(out), lm_eval_results(task, result, sampling, checkpoint), replaces=is_own_result)
     return result
 
 

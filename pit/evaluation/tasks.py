@@ -15,7 +15,8 @@ JSONL file of records. Records without a task's fields are a `PitError` that nam
 
 Code tasks (humaneval, mbpp) are scored pass@1 by running the tests in the sandbox; math tasks
 (gsm8k, svamp) by numeric exact match of the extracted final answer (pit.evaluation.answers). A code
-record without tests is refused when the task loads (any sample would pass it). Every result records
+record without tests, or with a test that never calls the solution (pit.evaluation.testcheck), is refused when
+the task loads (any sample would pass it). Every result records
 how it was obtained in its key `sandbox` (`sandbox_label`: "bubblewrap", "weak (opted in)"; math:
 `NO_CODE_RUN`). The tests themselves (a task file's, the hub's) are trusted: they run outside the
 sandbox, in the evaluator's helper process, as the evaluator's user (docs/evaluation.md).
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pit.errors import PitError
-from pit.evaluation import answers, standins
+from pit.evaluation import answers, standins, testcheck
 from pit.evaluation.sandbox import Limits, Program, run_many, sandbox_label, sandbox_mode
 from pit.io import read_jsonl
 
@@ -212,7 +213,8 @@ def check_fields(rows: list[dict], fields: tuple[str, ...], label: str) -> None:
 
 def check_tests(rows: list[dict], spec: TaskSpec, label: str) -> None:
     """Every record of a code task has tests (MBPP: a non-empty `test_list` of non-empty strings; HumanEval: a
-    non-empty `test`): a record without them passes any sample, even `pass`."""
+    non-empty `test`) and every test calls the solution (pit.evaluation.testcheck): a record whose tests do not
+    passes any sample, even `pass`."""
     for i, r in enumerate(rows):
         tests = r.get("test_list", r.get("test"))
         ok = (isinstance(tests, str) and tests.strip()) or (
@@ -222,6 +224,12 @@ def check_tests(rows: list[dict], spec: TaskSpec, label: str) -> None:
             raise PitError(
                 f"data set {label!r}: record {spec.task_id(r, i)!r} has no tests ({json.dumps(tests)[:60]}); expected "
                 "at least one test per code task (a task without tests passes any sample)"
+            )
+        why = testcheck.problem(r, "entry_point" in spec.fields)
+        if why is not None:
+            raise PitError(
+                f"data set {label!r}: record {spec.task_id(r, i)!r}: {why}; expected every test to call the solution "
+                "(a test that never calls it passes any sample)"
             )
 
 

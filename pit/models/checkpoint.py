@@ -8,7 +8,6 @@ state, are the run folder's: pit/training/run_folder.py.)
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -19,6 +18,7 @@ from pit.errors import PitError
 from pit.io import atomic_path
 from pit.models.any_model import FAMILIES, pit_classes
 from pit.models.weights import check_weights, tensor_shapes
+from pit.sidecars import read_object
 
 KNOWN_TYPES = ("pit_scratch", *(f"pit_{t}" for t in FAMILIES), *FAMILIES, "cohere")
 
@@ -30,10 +30,7 @@ def read_config(path: str | Path) -> dict:
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
         raise PitError(f"{str(path)!r} is not a checkpoint: no config.json (expected a save_pretrained folder)")
-    try:
-        cfg = json.loads(cfg_file.read_text())
-    except json.JSONDecodeError as err:
-        raise PitError(f"{str(cfg_file)!r} is not valid JSON: {err}") from None
+    cfg = read_object(cfg_file, "a checkpoint's config.json (save_pretrained)")
     if cfg.get("model_type") not in KNOWN_TYPES:
         raise PitError(
             f"checkpoint {str(path)!r} has model_type {cfg.get('model_type')!r}; expected one of {KNOWN_TYPES}"

@@ -18,7 +18,7 @@ from pit.core.interfaces import InterfaceConfig
 from pit.errors import PitError
 from pit.io import atomic_path
 from pit.models.any_model import InterfaceCausalLM, convert_teacher, load_teacher, source_config
-from pit.models.checkpoint import load_model, write_model_card
+from pit.models.checkpoint import load_model, read_config, write_model_card
 from pit.models.scratch import PitForCausalLM
 
 TOKENIZER_FILES = ("tokenizer", "special_tokens", "vocab", "merges")
@@ -30,6 +30,8 @@ def _weight_name(model: PreTrainedModel, module: torch.nn.Module) -> str:
 
 def export_untied(model: PreTrainedModel) -> PreTrainedModel:
     """A plain `transformers` model (no project code needed) whose logits equal `model`'s."""
+    if not isinstance(model, (InterfaceCausalLM, PitForCausalLM)):
+        raise PitError(f"cannot export a {type(model).__name__}; expected a project model (PIT/TT/untied interface)")
     E = model.interface.input_embedding().detach().float().clone()
     W_out_t = model.interface.output_projection().detach().float().T.contiguous()
     if isinstance(model, InterfaceCausalLM):
@@ -70,8 +72,6 @@ def export_untied(model: PreTrainedModel) -> PreTrainedModel:
             state[p + "self_attn.o_proj.weight"] = a.o_proj.weight * torch.sigmoid(a.gate)[None, :]
             for name in ("gate_proj", "up_proj", "down_proj"):
                 state[p + f"mlp.{name}.weight"] = getattr(m, name).weight
-    else:
-        raise PitError(f"cannot export a {type(model).__name__}; expected a project model (PIT/TT/untied interface)")
     out.load_state_dict({k: v.detach().clone() for k, v in state.items()}, strict=True)
     return out.eval()
 
@@ -106,7 +106,14 @@ def convert_checkpoint(
 
 def export_checkpoint(src: str | Path, dst: str | Path, force: bool = False) -> tuple[PreTrainedModel, PreTrainedModel]:
     """Export the checkpoint `src` to the folder `dst` (atomically), with its tokenizer files; `force` replaces a
-    folder `dst` of another kind (see pit.io.atomic_path)."""
+    folder `dst` of another kind (see pit.io.atomic_path). A plain model (no PIT/TT/untied interface: GPT-2, Llama,
+    ... as transformers has them) has nothing to export: a PitError, before any weights load."""
+    model_type = read_config(src)["model_type"]
+    if not model_type.startswith("pit_"):
+        raise PitError(
+            f"{str(src)!r} holds a plain {model_type!r} model, not a project checkpoint (model_type pit_*: PIT/TT/"
+            "untied interface); it is already a plain transformers model (`pit convert` makes a project checkpoint)"
+        )
     model = load_model(src)
     exported = export_untied(model)
     with atomic_path(dst, replace_any=force) as tmp:

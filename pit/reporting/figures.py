@@ -36,8 +36,10 @@ from pit.reporting.tables import (  # noqa: E402
     find_runs,
     method_order,
     posttrain_runs,
+    run_paths,
     slot_key,
 )
+from pit.sidecars import read_run_record  # noqa: E402
 
 COLORS = {
     "pit": "tab:blue",
@@ -123,9 +125,9 @@ def slot_baselines(root: Path, mode: str) -> dict[str, float]:
     from pit.reporting.per_seed import unigram_baseline
 
     out = {}
-    for run, spec in find_runs(root, "run.json"):
+    for run in run_paths(root, "run.json"):
         if run.mode == mode and run.slot not in out:
-            out[run.slot] = unigram_baseline(spec)
+            out[run.slot] = unigram_baseline(read_run_record(run.path))
     return out
 
 
@@ -288,7 +290,7 @@ def stand_in_teachers(root: Path, out: Path, profile: str) -> None:
         smoothed_curves(ax, [train], {"color": "tab:gray", "marker": None, "ls": "-", "label": "train"})
         val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r] + [(summary["steps"], summary["val_loss"])]
         ax.plot(*zip(*val, strict=True), "o-", color="tab:red", ms=3, label="validation")
-        base = unigram_baseline(read_json(folder / "run.json")) if (folder / "run.json").is_file() else math.nan
+        base = unigram_baseline(read_run_record(folder / "run.json")) if (folder / "run.json").is_file() else math.nan
         if math.isfinite(base):
             ax.axhline(base, **UNIGRAM_STYLE, label=f"unigram baseline {base:.2f}")
         ax.set_title(f"stand-in teacher, slot {folder.name}: val {summary['val_loss']:.3f}")
@@ -412,7 +414,7 @@ def checkpoint_origin(checkpoint: str) -> str:
     mode and slot tags and the model of its run's run.json (beside the folder), else the folder's path."""
     record = Path(checkpoint).parent / "run.json"
     if record.is_file():
-        run = read_json(record)
+        run = read_run_record(record)
         tags, model = run.get("tags", {}), run.get("params", {}).get("train", {}).get("model")
         if tags.get("mode") and tags.get("slot"):
             return f"{tags['mode']} slot {tags['slot']}" + (f" ({Path(model).name})" if model else "")

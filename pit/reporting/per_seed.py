@@ -40,7 +40,8 @@ import pandas as pd
 from pit.analysis.curves import early_rise, max_rise, spikes
 from pit.errors import PitError
 from pit.io import read_json, read_jsonl
-from pit.reporting.tables import find_runs, posttrain_runs, run_paths
+from pit.reporting.tables import check_diagnostics, check_summary, find_runs, posttrain_runs, run_paths
+from pit.sidecars import read_run_record
 
 COLUMNS = ["mode", "slot", "group", "lora", "arm", "seed", "metric", "value"]
 EARLY_FRACTION = 0.1  # the early window: the first 10% of the steps (Figure 4's "beginning phase")
@@ -51,9 +52,10 @@ SPIKE_WINDOW, SPIKE_SIGMAS = 20, 5.0  # a spike: loss > median of the previous 2
 def _runs(root: Path, name: str) -> list:
     """find_runs(root, name), or [] where root holds none (a stage that did not run)."""
     try:
-        return find_runs(root, name) if root.is_dir() and run_paths(root, name) else []
+        found = root.is_dir() and run_paths(root, name)
     except PitError:  # run_paths' only error: nothing found
         return []
+    return find_runs(root, name) if found else []  # a damaged file among them is its PitError, never skipped
 
 
 @cache
@@ -230,13 +232,15 @@ def per_seed_table(results: str | Path, stages: tuple[str, ...] = STAGES) -> pd.
     table: list[dict] = []
     groups: dict[tuple[str, str], str] = {}
     for run, summary in _runs(results / "pretrain", "summary.json"):
+        check_summary(summary, run)
         path = run.path.with_name("metrics.jsonl")
-        run_json = read_json(run.path.with_name("run.json")) if run.path.with_name("run.json").is_file() else {}
+        run_json = read_run_record(run.path.with_name("run.json")) if run.path.with_name("run.json").is_file() else {}
         group = run_json.get("params", {}).get("train", {}).get("tags", {}).get("sweep_of") or run.slot
         groups[(run.mode, run.slot)] = group
         rows = read_jsonl(path) if path.is_file() else []
         table += _rows(*run[:4], group, "", pretrain_metrics(summary, rows, run_json))
     for run, d in _runs(results / "diagnostics", "diagnostics.json") if "diagnostics" in stages else []:
+        check_diagnostics(d, run)
         table += _rows(*run[:4], groups.get((run.mode, run.slot), run.slot), "", diagnostics_metrics(d))
     post = results / "posttrain"
     if "posttrain" in stages and post.is_dir() and _runs(post, "*/side_effects.json"):

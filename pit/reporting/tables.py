@@ -19,6 +19,7 @@ import pandas as pd
 from pit.errors import PitError
 from pit.io import file_set_complete, json_text, read_json, write_file_set
 from pit.reporting.paper import paper_value, paper_values
+from pit.sidecars import check_object
 
 MODE_ORDER = {"teacher": 0, "scratch": 1}
 # arms: TT, PIT with the paper's settings, extra PIT arms (`pretrain.teacher_arms` / `scratch_arms`, e.g. pit-head,
@@ -99,8 +100,38 @@ def run_paths(root: str | Path, name: str) -> list[Run]:
 
 
 def find_runs(root: str | Path, filename: str) -> list[tuple[Run, dict]]:
-    """(run, json) for every <root>/<mode>/<slot>/<interface>/[seed<k>/]<filename>, in table order."""
-    return [(run, read_json(run.path)) for run in run_paths(root, filename)]
+    """(run, json) for every <root>/<mode>/<slot>/<interface>/[seed<k>/]<filename>, in table order; each a JSON
+    object (pit.sidecars.check_object: else a PitError naming the file)."""
+    what = f"a run's {Path(filename).name}"
+    return [(run, check_object(read_json(run.path), repr(str(run.path)), what)) for run in run_paths(root, filename)]
+
+
+NUMBER = (float, type(None))  # a JSON number, or null where a value was not measured
+SUMMARY_NUMBERS = ("first_step_loss", "final_train_loss", "final_train_ppl", "val_loss", "runtime_s")
+ANCHOR_KEYS = ("cosine_distance", "procrustes_error", "principal_angle")
+LENS_KEYS = ("kl_ratio", "ce_gap", "mean_kl_bits", "mean_ce_bits", "final_entropy_bits")
+
+
+def check_summary(summary: dict, run: Run, required: tuple[str, ...] = ()) -> dict:
+    """A pretraining run's summary.json as the tables read it: SUMMARY_NUMBERS (the `required` ones present) numbers
+    or null, `diverged` true or false, `mode` a string; else a PitError naming the file."""
+    optional = {**dict.fromkeys(SUMMARY_NUMBERS, NUMBER), "diverged_at_step": NUMBER, "diverged": bool, "mode": str}
+    return check_object(summary, repr(str(run.path)), "the summary.json of `pit train`",
+                        dict.fromkeys(required, NUMBER), optional)  # fmt: skip
+
+
+def check_diagnostics(d: dict, run: Run, required: bool = False) -> dict:
+    """A diagnostics.json as the tables read it: `delta_ti` a number, `raw` and `polar` objects of ANCHOR_KEYS
+    numbers, `lens` an object of LENS_KEYS numbers (each present when `required`, but `lens`, newer than the first
+    diagnostics); else a PitError naming the file and the key."""
+    label, what = repr(str(run.path)), "the diagnostics.json of `pit diagnose`"
+    parts = {"delta_ti": NUMBER, "raw": dict, "polar": dict}
+    check_object(d, label, what, parts if required else {}, {**parts, "lens": (dict, type(None))})
+    for part, keys in (("raw", ANCHOR_KEYS), ("polar", ANCHOR_KEYS), ("lens", LENS_KEYS)):
+        numbers = dict.fromkeys(keys, NUMBER)
+        if d.get(part) is not None:
+            check_object(d[part], f"{label} {part}", what, numbers if required and part != "lens" else {}, numbers)
+    return d
 
 
 def seed_columns(run: Run) -> dict:
@@ -114,6 +145,7 @@ def table1(runs_root: str | Path) -> pd.DataFrame:
     checkpoints) on whatever machine ran them."""
     rows = []
     for run, s in find_runs(runs_root, "summary.json"):
+        check_summary(s, run, SUMMARY_NUMBERS)
         mode, slot, kind = run.mode, run.slot, run.interface
         p = paper_value("table1", mode, slot, kind)
         rows.append(
@@ -139,6 +171,7 @@ def table2(diag_root: str | Path) -> pd.DataFrame:
     """Table 2: token-interface consistency, both anchor variants (raw Eqs. 1-2, polar Section 5.5)."""
     rows = []
     for run, d in find_runs(diag_root, "diagnostics.json"):
+        check_diagnostics(d, run, required=True)
         mode, slot, kind = run.mode, run.slot, run.interface
         p = paper_value("table2", mode, slot, kind)
         row = {"mode": mode, "slot": slot, "method": METHOD_NAME.get(kind, kind), **seed_columns(run)}

@@ -6,14 +6,16 @@ runs; the pipeline is run with Snakemake, so after it `dvc push` finds nothing o
 particular order (modification times do not follow the DAG) and there is no .snakemake/ metadata, so
 `snakemake -n` plans a full rerun; and the MLflow runs travel as results/mlflow/runs.jsonl, not as a store.
 
-- `push`: refuses while Snakemake has jobs left (the outputs would not match the code and config), then
-  `dvc commit --force` (records every stage's outputs in dvc.lock and the cache) and `dvc push`.
+- `push`: refuses while Snakemake has jobs left (the outputs would not match the code and config), then writes
+  OUT_MARK (the folder's own path) into each folder output, `dvc commit --force` (records every stage's outputs in
+  dvc.lock and the cache) and `dvc push`.
 - `pull`: `dvc pull`, then checks every pulled file against the hash dvc.lock records for it (`lock_problems`: DVC
   checks a file output's hash as it fetches it, but not the files of a folder output, and its `dvc status` trusts the
-  hashes it noted as it wrote them), then refuses unless `dvc status` is clean (the pulled outputs match this
-  checkout's code and config), then `snakemake --touch --forceall` (marks them up to date, in DAG order, with
-  Snakemake's metadata) and imports results/mlflow/runs.jsonl into the profile's MLflow store
-  (`pit mlflow sync results/mlflow`).
+  hashes it noted as it wrote them) and each folder's OUT_MARK against its path (dvc.lock's folder entries swapped),
+  removing a damaged cache object and DVC's copy of it (so a pull from the repaired remote fetches it), then
+  refuses unless `dvc status` is clean (the pulled outputs match this checkout's code and config), then
+  `snakemake --touch --forceall` (marks them up to date, in DAG order, with Snakemake's metadata) and imports
+  results/mlflow/runs.jsonl into the profile's MLflow store (`pit mlflow sync results/mlflow`).
 
 The profile is the one DVC tracks (`vars.configfile` in dvc.yaml). Commands run from the checkout's root.
 """
@@ -33,6 +35,7 @@ from pit.progress import Steps
 from pit.tracking.transfer import EXPORT_FILE, import_runs
 
 LOCAL_PROFILE = "workflow/profiles/local"
+OUT_MARK = ".pit-out-path"  # in each folder output `push` records: the folder's path (which DVC hashes with it)
 EXPORT = Path("results/mlflow") / EXPORT_FILE
 
 
@@ -162,12 +165,38 @@ def push(root: Path, remote: str | None = None) -> dict:
         )
     with _repo(root) as repo:
         steps.line("dvc commit --force: every stage's outputs into dvc.lock and DVC's cache", 1)
-        _dvc("commit", lambda: repo.commit(None, force=True))
-        steps.line(f"dvc push: to the remote {remote or '(default)'}", 1)
-        pushed = _dvc("push", lambda: repo.push(remote=remote))
+        pushing = f"dvc push: to the remote {remote or '(default)'}"
+        pushed = record_and_push(root, repo, remote, lambda: steps.line(pushing, 1))
     steps.close()
     diff = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "dvc.lock"], cwd=root, capture_output=True)
     return {"pushed": pushed, "lock_changed": diff.returncode != 0}
+
+
+def mark_folders(root: Path, repo) -> list[str]:
+    """Write OUT_MARK into each folder output of the pipeline (dvc.yaml's outs that are folders here): the folder's
+    own path, which DVC hashes into its listing, so the pulled content says which path it was pushed as
+    (`_out_problems` compares). Returns the folders marked."""
+    from pit.io import write_text
+
+    marked = []
+    for out in (out for stage in repo.index.stages for out in stage.outs):
+        rel = Path(out.fs_path).relative_to(root.resolve()).as_posix()
+        folder = root / rel
+        if folder.is_dir() and not folder.is_symlink():
+            mark = folder / OUT_MARK
+            if not mark.is_file() or mark.read_text() != f"{rel}\n":  # (a folder copied from another path: replaced)
+                write_text(mark, f"{rel}\n", replaces=lambda old: True)
+            marked.append(rel)
+    return marked
+
+
+def record_and_push(root: Path, repo, remote: str | None, pushing=lambda: None) -> int:
+    """Mark the folder outputs (`mark_folders`), record every stage's outputs in dvc.lock and the cache (`dvc commit
+    --force`) and push them to `remote` (after `pushing()`); returns the files pushed."""
+    mark_folders(root, repo)
+    _dvc("commit", lambda: repo.commit(None, force=True))
+    pushing()
+    return _dvc("push", lambda: repo.push(remote=remote))
 
 
 def _md5(path: Path) -> str:
@@ -178,9 +207,27 @@ def _md5(path: Path) -> str:
     return h.hexdigest()
 
 
+def _drop_damaged(path: Path, digest: str, cache_path) -> str:
+    """When DVC's cache object for `digest` does not hold content of that md5 (a damaged remote's copy, which DVC
+    keeps and checks out again on every later pull), remove it and `path` when `path` is the copy DVC checked out
+    of it (the same bytes): a pull from the repaired remote then fetches and writes it again. Returns what was
+    done, for the problem's line."""
+    cached = Path(cache_path(digest))
+    if not cached.is_file() or _md5(cached) == digest:
+        return ""
+    copy = path.is_file() and not path.is_symlink() and path.read_bytes() == cached.read_bytes()
+    cached.unlink()
+    if copy:
+        path.unlink()
+    where = "DVC's cache and from here" if copy else "DVC's cache"
+    return f"; the damaged copy was removed from {where}: pull again once the remote holds the recorded content"
+
+
 def _out_problems(root: Path, out: dict, cache_path) -> list[str]:
     """One line per file of one dvc.lock output (`out`: path, md5; a folder's md5 ends in .dir and names its listing
-    in the cache, [{relpath, md5}]) that is missing here or whose md5 differs from the recorded one."""
+    in the cache, [{relpath, md5}]) that is missing here or whose md5 differs from the recorded one, and for a
+    folder whose OUT_MARK names another path (dvc.lock's entries swapped or edited). A damaged cache object is
+    removed (`_drop_damaged`)."""
     path, md5 = out.get("path"), out.get("md5")
     if not isinstance(md5, str):
         return []  # another hash kind, or not cached: DVC did not pull it
@@ -189,16 +236,22 @@ def _out_problems(root: Path, out: dict, cache_path) -> list[str]:
     else:
         listing = Path(cache_path(md5))
         if not listing.is_file() or _md5(listing) != md5.removesuffix(".dir"):
+            dropped = _drop_damaged(root / path, md5.removesuffix(".dir"), lambda _: listing)
             return [f"{path}: DVC's listing of the folder ({md5}) is missing or damaged in the cache: its files cannot "
-                    "be checked against dvc.lock"]  # fmt: skip
+                    f"be checked against dvc.lock{dropped}"]  # fmt: skip
         files = [(f"{path}/{entry['relpath']}", entry["md5"]) for entry in json.loads(listing.read_text())]
     problems = []
     for rel, digest in files:
         if not (root / rel).is_file():
             problems.append(f"{rel}: missing after the pull (dvc.lock records md5 {digest})")
-        elif _md5(root / rel) != digest:
-            problems.append(f"{rel}: md5 {_md5(root / rel)} differs from {digest}, the one dvc.lock records (the "
-                            "remote's copy was changed or damaged)")  # fmt: skip
+        elif (found := _md5(root / rel)) != digest:
+            problems.append(f"{rel}: md5 {found} differs from {digest}, the one dvc.lock records (the remote's copy "
+                            f"was changed or damaged){_drop_damaged(root / rel, digest, cache_path)}")  # fmt: skip
+    if not problems and f"{path}/{OUT_MARK}" in dict(files):  # (a folder pushed by `dvc push` alone has none)
+        named = (root / path / OUT_MARK).read_text().strip()
+        if named != path:
+            problems.append(f"{path}: dvc.lock records for it the folder pushed as {named!r} ({md5}): its "
+                            "folders' entries are swapped or edited (check out dvc.lock as pushed)")  # fmt: skip
     return problems
 
 

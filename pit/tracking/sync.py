@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pit.errors import PitError
 from pit.io import read_jsonl
+from pit.sidecars import read_object, read_run_record
 from pit.tracking.tracker import FINAL_KEYS, METRIC_KEYS, Tracker, run_datasets, tracking_uri
 
 # what a run folder written before run.json recorded `metric_keys` logged (pretraining's keys)
@@ -27,16 +28,20 @@ def logged_rows(run_dir: Path, meta: dict) -> list[tuple[list[dict], tuple[str, 
     """(rows, keys) per record file of the run folder, as the live run logged them: metrics.jsonl's rows at their
     steps, summary.json and side_effects.json as one row at the run's last step (summary.json's `steps`)."""
     summary_file = run_dir / "summary.json"
-    last_step = json.loads(summary_file.read_text()).get("steps") if summary_file.is_file() else None
+    summary = read_object(summary_file, "a summary.json", optional={"steps": int}) if summary_file.is_file() else {}
+    last_step = summary.get("steps")
     out = []
     for name, keys in (meta.get("metric_keys") or DEFAULT_METRIC_KEYS).items():
+        if not isinstance(keys, (list, tuple)) or not all(isinstance(k, str) for k in keys):
+            raise PitError(f"{str(run_dir / 'run.json')!r}: metric_keys {name!r} holds {json.dumps(keys)[:60]}; "
+                           "expected an array of metric names")  # fmt: skip
         path = run_dir / name
         if not path.is_file():
             continue
         if name.endswith(".jsonl"):
             out.append((read_jsonl(path), tuple(keys)))
         elif last_step is not None:
-            out.append(([{**json.loads(path.read_text()), "step": last_step}], tuple(keys)))
+            out.append(([{**read_object(path, f"a run's {name}"), "step": last_step}], tuple(keys)))
     return out
 
 
@@ -50,12 +55,13 @@ def sync_run(run_dir: str | Path, uri: str | None = None) -> str:
             f"{str(run_dir)!r} is not a run folder: no run.json (expected the output of `pit train` or "
             "`pit lora train`, or an MLflow export: results/mlflow)"
         )
-    meta = json.loads(meta_file.read_text())
+    meta = read_run_record(meta_file, required=("experiment", "run_name", "params"))
+    logged = logged_rows(run_dir, meta)  # every record file read (and checked) before the store is touched
     tracker = Tracker(uri, meta["experiment"], meta["run_name"], meta.get("tags"))
     if not tracker.active:
         raise PitError(f"cannot reach the MLflow store {tracking_uri(uri)!r}")
     tracker.log_params(meta["params"])
-    for rows, keys in logged_rows(run_dir, meta):
+    for rows, keys in logged:
         tracker.log_metrics(rows, keys)
     tracker.log_datasets(run_datasets(meta["params"]))
     tracker.log_checkpoint(run_dir)

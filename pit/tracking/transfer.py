@@ -21,6 +21,7 @@ from pathlib import Path
 from pit.errors import PitError
 from pit.io import read_jsonl, write_text
 from pit.progress import progress_bar
+from pit.sidecars import check_object, is_kind
 from pit.tracking.run_table import check_store, local_store
 from pit.tracking.tags import LINK_TAGS, STAGES
 from pit.tracking.tracker import UI_QUERY, experiment_id, store_lock, tracking_uri
@@ -117,11 +118,39 @@ def _import_run(client, record: dict, ids: dict[str, str]) -> bool:
     return True
 
 
+RECORD_FIELDS = {
+    "experiment": str,
+    "run_id": str,
+    "run_name": (str, type(None)),
+    "status": str,
+    "start_time": int,
+    "end_time": (int, type(None)),
+    "tags": dict,
+    "params": dict,
+    "metrics": dict,
+}
+
+
+def check_record(record, label: str) -> None:
+    """One line of an export as `_run_record` writes it (RECORD_FIELDS, each metric a list of [step, timestamp,
+    value] points), else a PitError naming `label`: checked for every line before any run is imported."""
+    what = "an exported run (`pit mlflow export`)"
+    if isinstance(record, dict) and not all(f in record for f in RECORD_FIELDS):
+        missing = [f for f in RECORD_FIELDS if f not in record]
+        raise PitError(f"{label}: not an exported run (missing {', '.join(missing)})")
+    check_object(record, label, what, RECORD_FIELDS)
+    for key, points in record["metrics"].items():
+        point = (int, int, float)  # step, timestamp, value
+        ok = isinstance(points, list) and all(
+            isinstance(p, list) and len(p) == 3 and all(map(is_kind, p, point)) for p in points
+        )
+        if not ok:
+            raise PitError(f"{label}: metric {key!r} is not a list of [step, timestamp, value] points ({what})")
+
+
 def import_runs(path: str | Path, uri: str | None = None) -> tuple[int, int]:
     """Recreate the runs of an export (`export_runs`) in the store `uri` (created when missing);
     (runs imported, runs already there)."""
-    import mlflow
-
     source = export_file(path)
     if source is None:
         raise PitError(f"{str(path)!r} is not an MLflow export: expected {EXPORT_FILE} or a folder holding it")
@@ -129,11 +158,10 @@ def import_runs(path: str | Path, uri: str | None = None) -> tuple[int, int]:
         records = read_jsonl(source)
     except ValueError as err:
         raise PitError(f"{str(source)!r} is not a run export (one JSON object per line): {err}") from None
-    fields = ("experiment", "run_id", "run_name", "status", "start_time", "end_time", "tags", "params", "metrics")
     for i, record in enumerate(records, 1):
-        missing = [f for f in fields if not isinstance(record, dict) or f not in record]
-        if missing:
-            raise PitError(f"{str(source)!r} line {i}: not an exported run (missing {', '.join(missing)})")
+        check_record(record, f"{str(source)!r} line {i}")
+    import mlflow  # after the checks: a bad export is refused at once
+
     uri = tracking_uri(uri)
     imported, ids = 0, {}
     with store_lock(uri):

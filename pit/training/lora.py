@@ -45,11 +45,20 @@ from pit.io import atomic_path, sha256_file, write_json
 from pit.models.any_model import family
 from pit.models.checkpoint import load_model, save_pretrained_atomic
 from pit.progress import Steps, progress_bar
+from pit.sidecars import read_object
 from pit.tracking.tracker import FINAL_KEYS, Tracker
 from pit.training.args import LoraArgs
 from pit.training.objective import NextTokenLoss
 from pit.training.optim import optimizer_update, warmup_cosine
-from pit.training.run_folder import FinishedRun, MetricsLog, RunFolder, RunHandles, claim, input_record
+from pit.training.run_folder import (
+    FinishedRun,
+    MetricsLog,
+    RunFolder,
+    RunHandles,
+    check_finished_inputs,
+    claim,
+    input_record,
+)
 from pit.training.runtime import mixed_precision, peak_memory_mb, read_scalars, resolve_device, to_device
 
 METRIC_KEYS = ("loss", "lr", "grad_norm", "tokens_per_s", "target_tokens")
@@ -135,12 +144,34 @@ def peft_wrapping():
         yield
 
 
+def check_rank(model, targets: list[str], rank: int) -> None:
+    """A PitError when `rank` exceeds the smaller dimension of every target module's weight (the modules peft adapts:
+    names equal to a target or ending in '.' + target): an update B A of a d_out x d_in weight has rank at most
+    min(d_in, d_out), so a rank above that of every target only adds parameters (an absurd one, memory until the
+    process dies)."""
+    dims = {
+        name: min(m.weight.shape)
+        for name, m in model.named_modules()
+        if any(name == t or name.endswith(f".{t}") for t in targets)
+        and isinstance(getattr(m, "weight", None), torch.Tensor)
+        and m.weight.dim() == 2
+    }
+    if dims and rank > max(dims.values()):
+        name = max(dims, key=dims.get)
+        raise PitError(
+            f"lora config: rank {rank}; expected at most {dims[name]}, the largest rank an update of the target "
+            f"modules can have ({name}: a weight of shape {tuple(model.get_submodule(name).weight.shape)})"
+        )
+
+
 def wrap(model, cfg: LoraArgs):
-    """The base model with LoRA adapters on the family's target modules (peft), all else frozen."""
+    """The base model with LoRA adapters on the family's target modules (peft), all else frozen; a rank above a
+    target's smaller dimension is refused first (`check_rank`)."""
     from peft import LoraConfig, get_peft_model
 
     model_type = model.config.model_type
     targets = lora_targets(model_type, cfg.targets)
+    check_rank(model, targets, cfg.rank)
     lora = LoraConfig(
         r=cfg.rank,
         lora_alpha=cfg.alpha,
@@ -210,7 +241,8 @@ def merge_adapter(base_path: str | Path, adapter: str | Path):
         raise PitError(
             f"{str(adapter)!r} is not an adapter folder of `pit lora` (no pit_base.json / adapter_config.json)"
         )
-    meta = json.loads(meta_file.read_text())
+    meta = read_object(meta_file, "the pit_base.json of a `pit lora` adapter", {"base": str, "base_sha256": str},
+                       {"model_type": str, "train_interface": bool})  # fmt: skip
     sha = base_fingerprint(base_path)
     if sha != meta["base_sha256"]:
         raise PitError(
@@ -345,7 +377,8 @@ def start_tracking(run: LoraRun) -> Tracker:
     args = run.args
     tags = {"stage": "lora", "task": args.task, "interface": run.kind, **args.tags}
     logged = {"metrics.jsonl": METRIC_KEYS, "summary.json": FINAL_KEYS, "side_effects.json": SIDE_EFFECT_KEYS}
-    tracker = run.folder.start_tracking(args.mlflow, run.run_name, tags, run.params, run.state["mlflow_run_id"], logged)
+    mlflow_run, inputs = run.state["mlflow_run_id"], run.state["inputs"]
+    tracker = run.folder.start_tracking(args.mlflow, run.run_name, tags, run.params, mlflow_run, logged, inputs)
     run.state["mlflow_run_id"] = tracker.run_id
     run.folder.keep_metrics_until(run.start_step)
     return tracker
@@ -463,6 +496,7 @@ def train_lora(args: LoraArgs, run_dir: str | Path, overwrite: bool = False) -> 
         fingerprint = args.fingerprint(base_sha256=base_sha)
         with claim(run_dir, fingerprint, STALE_OUTPUTS, required_outputs(args), overwrite) as folder:
             if isinstance(folder, FinishedRun):
+                check_finished_inputs(folder, args.input_paths())  # the same settings, and the same inputs?
                 return folder
             run = setup(args, folder, base_sha)
             return evaluate(run) if fit(run) else {}

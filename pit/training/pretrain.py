@@ -37,7 +37,15 @@ from pit.tracking.tracker import FINAL_KEYS, METRIC_KEYS, run_datasets
 from pit.training.args import PretrainArgs
 from pit.training.objective import NextTokenLoss, compile_loss, new_step
 from pit.training.optim import make_optimizer, optimizer_update, warmup_cosine
-from pit.training.run_folder import FinishedRun, MetricsLog, RunFolder, RunHandles, claim, input_record
+from pit.training.run_folder import (
+    FinishedRun,
+    MetricsLog,
+    RunFolder,
+    RunHandles,
+    check_finished_inputs,
+    claim,
+    input_record,
+)
 from pit.training.runtime import (
     Dist,
     check_activation_memory,
@@ -191,7 +199,7 @@ def setup(args: PretrainArgs, folder: RunFolder, device: torch.device, d: Dist) 
         start_step = saved["step"]
         state.update({k: saved[k] for k in state if k in saved})
     logged = {"metrics.jsonl": METRIC_KEYS, "summary.json": FINAL_KEYS}  # what `pit mlflow sync` replays
-    tracker = folder.start_tracking(args.mlflow, run_name, tags, params, state["mlflow_run_id"], logged)
+    tracker = folder.start_tracking(args.mlflow, run_name, tags, params, state["mlflow_run_id"], logged, inputs)
     state["mlflow_run_id"] = tracker.run_id
     tracker.log_datasets(run_datasets(params))  # mlflow.data: each token file's path and hash
     if d.main:
@@ -471,6 +479,8 @@ def train(args: PretrainArgs, run_dir: str | Path, overwrite: bool = False) -> d
         ) as folder:
             if isinstance(folder, FinishedRun):
                 d.close()
+                if d.main:
+                    check_finished_inputs(folder, args.input_paths())  # the same settings, and the same inputs?
                 return folder if d.main else {}
             run = setup(args, folder, device, d)
             finished, metrics = fit(run)

@@ -1,28 +1,35 @@
 """The run folder that `pit train` and `pit lora train` share: claim, start or resume, trainer checkpoints,
 metrics.jsonl, run.json and the artifacts that end a run.
 
-    .lock                    flock'ed by the process that runs in the folder (its pid inside); gone when it ends
+    .lock                    flock'ed by the process that runs in the folder (LOCK_MARKER and its pid inside);
+                             gone when it ends
     run.json                 resolved settings, hashes, fingerprint, MLflow run id (written as soon as the
                              MLflow run exists, before any step)
     metrics.jsonl            one JSON row per optimizer step (the source of truth)
     checkpoints/step-NNNNNN/ the model (or the trainable part) + trainer_state.pt (every `checkpoint_every`: with
                              the sha256 of every input the run reads, fixed at its start) and checksums.sha256
-                             (the sha256 of each file, verified before a resume); other names in checkpoints/
-                             are never touched
+                             (CHECKSUMS_MARKER, then the sha256 of each file, verified before a resume); other
+                             names in checkpoints/ are never touched
     summary.json             written last: the run is complete when it exists (with its outputs)
     .next/                   a run that replaces a finished one (`overwrite`), trained here and moved up when
-                             complete: the old result stays in place until then
+                             complete: the old result stays in place until then (STAGED marks it as the run's)
+
+What the run removes it can prove it made: its lock (LOCK_MARKER inside, or empty), its staging folder (STAGED in
+it), a checkpoint whose checksums.sha256 it wrote (CHECKSUMS_MARKER first), and of that checkpoint only the files
+the list records (a file a user added stays, with its folder). A `.lock`, `.next/` or `step-NNNNNN/` of anyone
+else is left as it is: a lock or staging folder not the run's is refused with one line, a checkpoint folder
+without the run's list is passed over with a warning.
 
 `claim` holds the folder for one process and decides what a run does there: a complete run with the same
 fingerprint (the hash of the settings that define the trajectory, `RunArgs.fingerprint`, kept in run.json) is
 done (`FinishedRun`, nothing is touched); a complete run with another fingerprint is refused unless `overwrite`;
 anything else resumes from the newest intact checkpoint of the same fingerprint (a damaged one, or one without its
-checksums or its inputs' hashes, is dropped with a warning naming it) or starts afresh. An unfinished run with
-other settings (its checkpoints' or run.json's fingerprint), or whose inputs changed since it started (a file's
-sha256 differs from the one its checkpoint recorded), is refused like a finished one unless `overwrite`, which
-starts it afresh. metrics.jsonl is cut back to the rows that checkpoint has seen, so a resumed
-run appends exactly the rows an uninterrupted run would have written, and an earlier attempt's MLflow run (its id
-in run.json) is continued: one training is one MLflow run across kills and reruns.
+inputs' hashes, is dropped with a warning naming it; one without the run's checksums is passed over and kept) or
+starts afresh. An unfinished run with other settings (its checkpoints' or run.json's fingerprint), or whose inputs
+changed since it started (a file's sha256 differs from the one its checkpoint recorded), is refused like a finished
+one unless `overwrite`, which starts it afresh. metrics.jsonl is cut back to the rows that checkpoint has seen, so a
+resumed run appends exactly the rows an uninterrupted run would have written, and an earlier attempt's MLflow run
+(its id in run.json) is continued: one training is one MLflow run across kills and reruns.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ import torch
 from pit.errors import PitError
 from pit.io import (
     atomic_path,
+    destination,
     json_text,
     read_jsonl,
     remove_stale_temporaries,
@@ -60,13 +68,17 @@ TRAINER_STATE = "trainer_state.pt"
 CHECKSUMS = "checksums.sha256"  # in every trainer checkpoint: the sha256 of each of its files, written last
 FINAL_ARTIFACTS = ("summary.json", "run.json", "metrics.jsonl")
 LOCK_FILE = ".lock"
+LOCK_MARKER = "pit run folder lock, pid "  # the lock file's content: a `.lock` without it is not the run's
 STAGING = ".next"
+STAGED = ".pit-staged"  # in STAGING from its creation: the staging folder is the run's
+CHECKSUMS_MARKER = "# pit trainer checkpoint (sha256sum -c skips this line)"  # CHECKSUMS' first line
 PROMOTING = ".promoting"  # in STAGING: the names it held when its move up began
 STEP_DIR = re.compile(r"step-(\d{6,})")  # what save_checkpoint names a checkpoint; nothing else there is ours
 
 
-def short(fingerprint: str | None) -> str:
-    return fingerprint[:12] if fingerprint else "unknown"
+def short(fingerprint) -> str:
+    """A fingerprint as messages show it; 'unknown' for none, or for a run.json value that is not one (edited)."""
+    return fingerprint[:12] if isinstance(fingerprint, str) and fingerprint else "unknown"
 
 
 class FinishedRun(dict):
@@ -111,10 +123,15 @@ class RunFolder:
         entries = [p for p in (self.path / "checkpoints").glob("step-*") if STEP_DIR.fullmatch(p.name)]
         return sorted(entries, key=lambda p: int(p.name[5:]), reverse=True)
 
+    def own_checkpoints(self) -> list[Path]:
+        """The `candidates` whose CHECKSUMS the run wrote (`recorded_files`), newest first: the only ones it removes."""
+        return [ckpt for ckpt in self.candidates() if recorded_files(ckpt) is not None]
+
     def remove_checkpoints(self) -> None:
-        """Remove the trainer checkpoints (`candidates`), and checkpoints/ when nothing else is left in it."""
-        for ckpt in self.candidates():
-            _remove(ckpt)
+        """Remove the run's trainer checkpoints (`own_checkpoints`, `remove_checkpoint`), and checkpoints/ when
+        nothing else is left in it."""
+        for ckpt in self.own_checkpoints():
+            remove_checkpoint(ckpt)
         with contextlib.suppress(OSError):
             (self.path / "checkpoints").rmdir()
 
@@ -133,34 +150,34 @@ class RunFolder:
         if not isinstance(state.get("inputs"), dict):
             raise ValueError("it records no hashes of the run's inputs (an older pit wrote it): nothing proves what "
                              "it was trained on")  # fmt: skip
-        weights = sorted(ckpt.rglob("*.safetensors"))
+        weights = sorted(name for name in recorded_files(ckpt) or {} if name.endswith(".safetensors"))
         if not weights:
             raise ValueError("no weights (*.safetensors)")
-        for f in weights:
-            with safe_open(f, "pt"):  # checks the header against the file's size: a truncated file fails
+        for name in weights:
+            with safe_open(ckpt / name, "pt"):  # checks the header against the file's size: a truncated file fails
                 pass
         RunFolder.verify_checksums(ckpt)
         return state
 
     @staticmethod
     def write_checksums(ckpt: Path) -> None:
-        """CHECKSUMS in `ckpt`: the sha256 of every file in it, as `sha256sum` writes them (`sha256sum -c` checks)."""
+        """CHECKSUMS in `ckpt`: CHECKSUMS_MARKER (what proves the run wrote it), then the sha256 of every file in it,
+        as `sha256sum` writes them (`sha256sum -c` checks them and skips the marker, a comment)."""
         files = sorted(p for p in ckpt.rglob("*") if p.is_file() and p.name != CHECKSUMS)
-        (ckpt / CHECKSUMS).write_text("".join(f"{sha256_file(f)}  {f.relative_to(ckpt).as_posix()}\n" for f in files))
+        lines = "".join(f"{sha256_file(f)}  {f.relative_to(ckpt).as_posix()}\n" for f in files)
+        (ckpt / CHECKSUMS).write_text(f"{CHECKSUMS_MARKER}\n{lines}")
 
     @staticmethod
     def verify_checksums(ckpt: Path) -> None:
         """Raise ValueError when a file of `ckpt` differs from the hash its CHECKSUMS recorded as it was written, or
-        is missing, or was added, or when CHECKSUMS itself is missing (nothing then proves the files are the ones
-        written: the checkpoint counts as damaged)."""
-        listing = ckpt / CHECKSUMS
-        if not listing.is_file():
-            raise ValueError(f"no {CHECKSUMS}: its files cannot be verified")
-        recorded = dict(reversed(line.split("  ", 1)) for line in listing.read_text().splitlines() if line.strip())
-        present = {p.relative_to(ckpt).as_posix() for p in ckpt.rglob("*") if p.is_file() and p.name != CHECKSUMS}
-        if present != set(recorded):
-            raise ValueError(f"files differ from {CHECKSUMS}: missing {sorted(set(recorded) - present)}, "
-                             f"added {sorted(present - set(recorded))}")  # fmt: skip
+        is missing, or when CHECKSUMS itself is missing or not the run's (nothing then proves the files are the ones
+        written). A file the list does not record (a user's notes) is not the checkpoint's: it is ignored."""
+        recorded = recorded_files(ckpt)
+        if recorded is None:
+            raise ValueError(f"no {CHECKSUMS} that pit wrote: its files cannot be verified")
+        missing = sorted(name for name in recorded if not (ckpt / name).is_file())
+        if missing:
+            raise ValueError(f"files {CHECKSUMS} records are missing: {missing}")
         for name, digest in recorded.items():
             if sha256_file(ckpt / name) != digest:
                 raise ValueError(f"{name} differs from the sha256 recorded when it was written (bit rot, or a file "
@@ -168,15 +185,21 @@ class RunFolder:
 
     def newest_intact(self) -> tuple[Path | None, dict | None]:
         """(checkpoint, its trainer state) of the newest intact checkpoint, or (None, None). A damaged one is
-        reported (a warning naming it) and removed, so that it neither blocks a resume nor counts as kept."""
+        reported (a warning naming it) and removed (`remove_checkpoint`), so that it neither blocks a resume nor
+        counts as kept; one without the run's CHECKSUMS (another tool's `step-NNNNNN/`) is passed over and kept."""
         damaged = False
         for ckpt in self.candidates():
+            if recorded_files(ckpt) is None:
+                log.warning("checkpoint %s cannot be verified (no %s that pit wrote: its files cannot be verified); "
+                            "passed over and left in place", ckpt, CHECKSUMS)  # fmt: skip
+                damaged = True
+                continue
             try:
                 state = self.read_checkpoint(ckpt)
             except Exception as err:  # noqa: BLE001 -- whatever the damage, this checkpoint cannot be resumed
                 log.warning("checkpoint %s is damaged (%s: %s); removing it", ckpt, type(err).__name__, str(err)[:200])
                 if self.main:
-                    _remove(ckpt)
+                    remove_checkpoint(ckpt)
                 damaged = True
                 continue
             if damaged:
@@ -204,12 +227,14 @@ class RunFolder:
                 self.remove_checkpoints()
         if self.main and self.path.exists():
             found = [name for name in stale if (self.path / name).exists()]
-            if found and not (self.path / "run.json").is_file():  # every attempt writes run.json before its outputs
+            recorded = read_record(self.path / "run.json").get("fingerprint")
+            if found and not isinstance(recorded, str):  # every attempt writes run.json before its outputs
                 raise PitError(
-                    f"{str(self.path)!r} holds {', '.join(found)} but no run.json: not a run folder an earlier attempt "
-                    "of a run made, so nothing was deleted (choose another --out, or remove them yourself)"
+                    f"{str(self.path)!r} holds {', '.join(found)} but no run.json of a run (with its fingerprint): not "
+                    "a run folder an earlier attempt of a run made, so nothing was deleted (choose another --out, or "
+                    "remove them yourself)"
                 )
-            problem = self._other_settings(read_record(self.path / "run.json").get("fingerprint"))
+            problem = self._other_settings(recorded)
             if found and problem is not None:
                 self._start_over_or_refuse(f"its run.json {problem} (and it holds {', '.join(found)})")
             for name in found:  # a fresh start owns the folder of an earlier attempt
@@ -242,21 +267,22 @@ class RunFolder:
         with atomic_path(self.path / "checkpoints" / f"step-{step:06d}") as tmp:
             tmp.mkdir()
             write_model(tmp)
-            torch.save(
-                {
-                    "step": step,
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "rng_cpu": torch.get_rng_state(),
-                    "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                    "cpu_threads": torch.get_num_threads(),
-                    **state,
-                },
-                tmp / TRAINER_STATE,
-            )
+            with open(tmp / TRAINER_STATE, "wb") as f:  # a file object: a failed write is its OSError (disk full),
+                torch.save(  # where torch's own file writer says only "unexpected pos"
+                    {
+                        "step": step,
+                        "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict(),
+                        "rng_cpu": torch.get_rng_state(),
+                        "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                        "cpu_threads": torch.get_num_threads(),
+                        **state,
+                    },
+                    f,
+                )
             self.write_checksums(tmp)
-        for old in self.candidates()[keep:] if keep > 0 else []:  # newest first
-            shutil.rmtree(old, ignore_errors=True)
+        for old in self.own_checkpoints()[keep:] if keep > 0 else []:  # newest first
+            remove_checkpoint(old)
 
     @staticmethod
     def restore(state: dict, optimizer, scheduler, device: torch.device) -> dict:
@@ -288,11 +314,19 @@ class RunFolder:
         return record.get("mlflow_run_id") if record.get("fingerprint") == self.fingerprint else None
 
     def start_tracking(
-        self, mlflow: dict, run_name: str, tags: dict, params: dict, run_id: str | None, metric_keys: dict
+        self,
+        mlflow: dict,
+        run_name: str,
+        tags: dict,
+        params: dict,
+        run_id: str | None,
+        metric_keys: dict,
+        inputs: dict | None = None,
     ) -> Tracker:
         """The run's MLflow run: `run_id` (the checkpoint's), else the one an earlier attempt recorded in run.json,
-        else a new one. run.json (settings, fingerprint, tags with the git commit, run id, and `metric_keys`: which
-        keys of which record file the run logs as metrics, what `pit mlflow sync` replays) is written the moment
+        else a new one. run.json (settings, fingerprint, tags with the git commit, run id, `metric_keys`: which
+        keys of which record file the run logs as metrics, what `pit mlflow sync` replays, and `inputs`: the
+        hashes of its inputs, `input_record`, which a finished run is checked against) is written the moment
         the run id is known, so a kill at any later point resumes the same MLflow run; params already logged are
         kept."""
         mlflow = {**MLFLOW_DEFAULTS, **mlflow}
@@ -305,6 +339,7 @@ class RunFolder:
             "params": params,
             "metric_keys": {name: list(keys) for name, keys in metric_keys.items()},
             "fingerprint": self.fingerprint,
+            **({"inputs": inputs} if inputs is not None else {}),
         }
         tracker = Tracker(
             mlflow["tracking_uri"],
@@ -358,6 +393,28 @@ def _changed_inputs(recorded: dict, current: dict) -> str | None:
     return f"was trained on other inputs: {'; '.join(changed)}" if changed else None
 
 
+def check_finished_inputs(done: FinishedRun, paths: dict[str, str]) -> None:
+    """A PitError naming the input when the finished run `done` was trained on other inputs than those at `paths`
+    ({field: path}, RunArgs.input_paths) hold now: the hashes its run.json records (`inputs`; a run.json written
+    before them: its params' `train_data_sha256`), compared as a resume compares a checkpoint's. An input whose
+    path is gone is not compared (nothing there to train on)."""
+    record = read_record(done.path / "run.json")
+    recorded = record.get("inputs")
+    if not isinstance(recorded, dict):
+        params = record.get("params") if isinstance(record.get("params"), dict) else {}
+        sha = params.get("train_data_sha256")
+        recorded = {"train_data": {"path": paths.get("train_data"), "sha256": sha}} if isinstance(sha, str) else {}
+    recorded = {name: was for name, was in recorded.items() if name in paths and isinstance(was, dict) and
+                isinstance(was.get("sha256"), str)}  # fmt: skip
+    problem = _changed_inputs(recorded, input_record({name: paths[name] for name in recorded}))
+    if problem:
+        raise PitError(
+            f"{str(done.path)!r} holds this run finished (fingerprint {short(done.fingerprint)}), but it {problem}: "
+            "nothing was touched; pass --overwrite to train it again on these inputs (the old result stays until the "
+            "new one is complete), or choose another --out"
+        )
+
+
 def read_record(path: Path) -> dict:
     """A JSON object file, or {} when it is missing or unreadable."""
     try:
@@ -373,6 +430,47 @@ def complete_fingerprint(path: Path, required: Iterable[str]) -> str | None:
     if not read_record(path / "summary.json") or not all((path / name).exists() for name in required):
         return None
     return read_record(path / "run.json").get("fingerprint") or ""
+
+
+_LISTED = re.compile(r"([0-9a-f]{64})  (.+)")  # a `sha256sum` line
+
+
+def recorded_files(ckpt: Path) -> dict[str, str] | None:
+    """{relative path: sha256} that `ckpt`'s CHECKSUMS records, when the run wrote it: CHECKSUMS_MARKER first (or,
+    written by a pit before the marker, a plain `sha256sum` list naming TRAINER_STATE), every name a path inside
+    `ckpt`. None for anything else (no list, another tool's): nothing proves the run wrote that folder."""
+    try:
+        lines = (ckpt / CHECKSUMS).read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    marked = bool(lines) and lines[0] == CHECKSUMS_MARKER
+    matches = [_LISTED.fullmatch(line) for line in lines[marked:] if line.strip()]
+    if not all(matches):
+        return None
+    recorded = {m[2]: m[1] for m in matches}
+    inside = all(not Path(n).is_absolute() and ".." not in Path(n).parts and n != CHECKSUMS for n in recorded)
+    return recorded if inside and (marked or TRAINER_STATE in recorded) else None
+
+
+def remove_checkpoint(ckpt: Path) -> None:
+    """Remove what the run wrote in the checkpoint `ckpt`: the files its CHECKSUMS records, CHECKSUMS, then the
+    folders left empty. A file it does not record (a user's notes) stays, with the folders holding it (a warning
+    names it); a folder without the run's CHECKSUMS is not touched."""
+    recorded = recorded_files(ckpt)
+    if recorded is None:
+        return
+    present = (p.relative_to(ckpt).as_posix() for p in ckpt.rglob("*") if not p.is_dir())
+    extra = sorted(name for name in present if name not in recorded and name != CHECKSUMS)
+    if not extra:
+        shutil.rmtree(ckpt)
+        return
+    for name in recorded:
+        (ckpt / name).unlink(missing_ok=True)
+    (ckpt / CHECKSUMS).unlink()
+    for folder in sorted((p for p in ckpt.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only when empty
+    log.warning("removed checkpoint %s but kept %s: files the run did not write", ckpt, ", ".join(extra[:4]))
 
 
 def _remove(path: Path) -> None:
@@ -410,49 +508,98 @@ def promote(staging: Path, home: Path, outputs: Iterable[str]) -> None:
     log.info("%s now holds the run trained in %s", home, staging.name)
 
 
+def _staging_ours(staging: Path) -> bool:
+    """Whether `staging` is the run's staging folder: a folder (not a link) holding STAGED (or, staged by a pit
+    before the marker, the PROMOTING record of an interrupted move up)."""
+    return staging.is_dir() and not staging.is_symlink() and any((staging / n).is_file() for n in (STAGED, PROMOTING))
+
+
+def _stage(staging: Path) -> None:
+    """Make the staging folder with its STAGED marker, or take up the run's own from an earlier attempt; a `.next`
+    that is not the run's is a PitError, and stays as it is."""
+    if _staging_ours(staging):
+        return
+    if staging.exists() or staging.is_symlink():
+        raise PitError(f"run folder {str(staging.parent)!r} holds {STAGING}, which pit did not write (no {STAGED} "
+                       "in it): nothing was touched (move it away yourself, or choose another --out)")  # fmt: skip
+    staging.mkdir()
+    (staging / STAGED).write_text("a run staged by pit (pit.training.run_folder): moved up once complete\n")
+
+
 def _tidy(path: Path, outputs: Iterable[str], required: Iterable[str]) -> None:
     """What a killed process left in `path`: temporaries, a staged run's interrupted move up (completed), a staging
-    folder with no finished run left to replace (removed)."""
+    folder with no finished run left to replace (removed). A `.next` that is not the run's (`_staging_ours`) is
+    left alone."""
     staging = path / STAGING
-    for folder in (path, path / "checkpoints", staging, staging / "checkpoints"):
+    ours = _staging_ours(staging)
+    for folder in (path, path / "checkpoints", *((staging, staging / "checkpoints") if ours else ())):
         for tmp in remove_stale_temporaries(folder):
             log.info("removed %s, left by a killed process", tmp)
+    if not ours:
+        return
     if (staging / "summary.json").is_file():
         log.warning("completing the replacement of %s by the finished run in %s", path, staging)
         promote(staging, path, outputs)
-    elif staging.exists() and complete_fingerprint(path, required) is None:
+    elif complete_fingerprint(path, required) is None:
         log.warning("%s holds no finished run to replace; dropping the staged run in %s", path, staging)
         shutil.rmtree(staging)
 
 
+def _open_lock(lock: Path) -> int:
+    """A descriptor of the lock file `lock`, created if missing; never through a symbolic link (a PitError, as a
+    folder there is)."""
+    while True:
+        with contextlib.suppress(FileExistsError):
+            return os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        try:
+            return os.open(lock, os.O_RDWR | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            continue  # its holder removed it between the two opens: create it
+        except OSError:
+            raise PitError(_foreign_lock(lock)) from None
+
+
+def _foreign_lock(lock: Path) -> str:
+    return (f"run folder {str(lock.parent)!r} holds {LOCK_FILE}, which pit did not write (a run's lock holds "
+            f"{LOCK_MARKER!r}): nothing was touched (remove it, or choose another --out)")  # fmt: skip
+
+
 @contextlib.contextmanager
 def folder_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive flock on `path/.lock` (the pid inside) for the block; a PitError at once when another
-    process holds it. The lock file is removed at the end; a folder this call created is removed if left empty."""
+    """Hold an exclusive flock on `path/.lock` (LOCK_MARKER and the pid inside) for the block; a PitError at once
+    when another process holds it. A `.lock` that is not a run's (neither LOCK_MARKER nor empty: a user's file, a
+    lock of a pit before the marker) is a PitError too, and stays as it was; a run's is removed at the end. A
+    folder this call created is removed if left empty."""
     created = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
     lock = path / LOCK_FILE
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock(lock)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # (a flock changes nothing in the file)
         except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            text = os.read(fd, 64).decode(errors="replace")
+            holder = text.removeprefix(LOCK_MARKER).strip() or "unknown"
             os.close(fd)
             raise PitError(
                 f"run folder {str(path)!r} is in use by another process (pid {holder}, lock {LOCK_FILE}); "
                 "wait for it to end or choose another --out"
             ) from None
+        if os.pread(fd, len(LOCK_MARKER), 0) not in (b"", LOCK_MARKER.encode()):
+            os.close(fd)
+            raise PitError(_foreign_lock(lock))
         with contextlib.suppress(FileNotFoundError):
-            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+            if os.stat(lock, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
                 break  # else the holder removed the file between our open and flock: take the new one
         os.close(fd)
     try:
         os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        os.write(fd, f"{LOCK_MARKER}{os.getpid()}\n".encode())
         yield
     finally:
-        lock.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(lock, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                lock.unlink()  # ours: the file this process locked
         os.close(fd)
         if created:
             with contextlib.suppress(OSError):
@@ -505,6 +652,8 @@ def claim(
     first clears what a killed one left (`_tidy`). Other DDP ranks (`main` False) take no lock and decide after
     `barrier()`, which rank 0 passes once it has decided."""
     path, required = Path(path), tuple(required)
+    if path.name == "..":  # `lnk/..`: the folder the kernel resolves it to (pit.io.destination), not a run named '..'
+        path = destination(path)
     if not main:
         barrier()
         yield _decide(path, fingerprint, required, overwrite, main=False)
@@ -512,6 +661,8 @@ def claim(
     with folder_lock(path):
         _tidy(path, outputs, required)
         where = _decide(path, fingerprint, required, overwrite, main=True)
+        if isinstance(where, RunFolder) and where.path != path:
+            _stage(where.path)
         barrier()
         yield where
         if isinstance(where, RunFolder) and where.path != path and (where.path / "summary.json").is_file():
@@ -541,13 +692,21 @@ class MetricsLog:
     (None: only when `upload` is called)."""
 
     def __init__(self, path: Path, tracker, keys: tuple[str, ...], every: int | None = 1):
-        self.file = open(path, "a")  # noqa: SIM115 (closed in close())
+        self.file = open(path, "ab", buffering=0)  # noqa: SIM115 (closed in close())
         self.tracker, self.keys, self.pending = tracker, keys, []
         self.every = max(every, 1) if every is not None else None
 
     def write(self, row: dict) -> None:
-        self.file.write(json.dumps(row) + "\n")
-        self.file.flush()
+        """Append `row` as one line; a write the file system refuses part-way (disk full) is cut back off before its
+        error goes on, so the file never ends in half a row (a resume reads every line)."""
+        line, end = (json.dumps(row) + "\n").encode(), self.file.seek(0, os.SEEK_END)
+        try:
+            done = 0
+            while done < len(line):
+                done += self.file.write(line[done:])
+        except OSError:
+            self.file.truncate(end)
+            raise
         self.pending.append(row)
         if self.every is not None and row["step"] % self.every == 0:
             self.upload()
