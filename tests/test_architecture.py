@@ -18,6 +18,7 @@ LAYERS = {
     "pit.progress": 1,  # tqdm, or plain lines in a log
     "pit.io": 1,  # io may raise PitError; it shares layer 1 with core, and neither imports the other
     "pit.core": 1,
+    "pit.sidecars": 1.5,  # the shape of the JSON sidecars commands read (reads them with pit.io)
     "pit.models": 2,
     "pit.data": 2,
     "pit.tracking": 2,

@@ -10,6 +10,7 @@ import re
 import pytest
 
 from pit.commands import main
+from pit.errors import PitError
 from pit.evaluation.answers import extract_answer, same_number
 from pit.evaluation.sandbox import Limits
 from pit.evaluation.tasks import load_task, score
@@ -287,3 +288,24 @@ def test_samples_with_out_write_the_result(tmp_path, capsys):
         assert (written["accuracy"], written["n"], written["covered"]) == (2 / 3, 3, 2)
         assert written["results"][ids[2]]["status"] == "missing" and written["protocol"]["decoding"] is None
     assert sorted(p.name for p in out.parent.iterdir()) == ["gsm8k.json"]
+
+
+@pytest.mark.parametrize(
+    "task,record",
+    [
+        ("svamp", {"ID": "a", "Body": "b", "Question": "q", "Answer": "many"}),
+        ("svamp", {"ID": "a", "Body": "b", "Question": "q", "Answer": "1e999"}),
+        ("svamp", {"ID": "a", "Body": "b", "Question": "q", "Answer": None}),
+        ("gsm8k", {"question": "q", "answer": "no number here"}),
+        ("gsm8k", {"question": "q", "answer": ["#### 4"]}),
+    ],
+)
+def test_a_math_task_without_a_numeric_answer_is_refused_when_it_loads(tmp_path, task, record):
+    """A reference answer that is no finite number would only be found, as a traceback, when a sample is scored."""
+    path = tmp_path / "task.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(PitError, match=r"has no numeric reference answer .*; expected a finite number"):
+        load_task(task, str(path))
+    good = {**record, "Answer": 4.0} if task == "svamp" else {**record, "answer": "2 + 2\n#### 4"}
+    path.write_text(json.dumps(good) + "\n")
+    assert load_task(task, str(path)).reference(next(iter(load_task(task, str(path)).records))) == 4.0

@@ -138,8 +138,8 @@ def test_verify_passes_on_the_pulled_clone_and_fails_on_a_planted_change(shared,
     assert bad.returncode == 1, bad.stdout + bad.stderr
     inf, line = [ln for ln in bad.stdout.splitlines() if "OUT OF TOLERANCE" in ln]
     assert line.startswith("results/tables/table2.csv row 2 (") and " delta_ti: recorded " in line, line
-    assert "[metric]" in line and inf.startswith("results/tables/table2.csv row 1 (") and "recorded inf" in inf, inf
-    assert "[metric: not finite]" in inf
+    assert "[rounding]" in line and inf.startswith("results/tables/table2.csv row 1 (") and "recorded inf" in inf, inf
+    assert "[rounding: not finite]" in inf
     assert "results/tables/table2.json: MISSING from this checkout" in bad.stdout
     assert bad.stdout.splitlines()[-1].endswith("2 out of tolerance, 1 recorded files missing")
     assert not list((clone / ".snakemake").glob("verify-*")), "the scratch folder was left behind"

@@ -25,6 +25,7 @@ sandbox, in the evaluator's helper process, as the evaluator's user (docs/evalua
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,6 +184,8 @@ def load_task(name: str, source: str = "offline", limit: int | None = None, spli
     check_fields(rows, spec.fields, label)
     if spec.kind == "code":
         check_tests(rows, spec, label)
+    else:
+        check_answers(rows, spec, label)
     standin = bool(rows) and all(r.get("standin", False) for r in rows)
     rows = rows[:limit] if limit is not None else rows
     records = {spec.task_id(r, i): r for i, r in enumerate(rows)}
@@ -209,6 +212,23 @@ def check_fields(rows: list[dict], fields: tuple[str, ...], label: str) -> None:
             f"data set {label!r} lacks the field(s) {', '.join(missing)}; "
             f"expected {', '.join(fields)} (it has {', '.join(sorted(rows[0]))})"
         )
+
+
+def check_answers(rows: list[dict], spec: TaskSpec, label: str) -> None:
+    """Every record of a math task has a reference answer that is a finite number (GSM8K: a worked solution ending
+    in `#### NUMBER`; SVAMP: a numeric `Answer`): a record without one could be scored only by a traceback."""
+    for i, r in enumerate(rows):
+        if "answer" in r:
+            value = answers.extract_answer(r["answer"]) if isinstance(r["answer"], str) else None
+        else:
+            try:
+                value = float(r["Answer"]) if not isinstance(r["Answer"], bool) else None
+            except (TypeError, ValueError, OverflowError):
+                value = None
+        if value is None or not math.isfinite(value):
+            shown = json.dumps(r.get("answer", r.get("Answer")))[-60:]
+            raise PitError(f"data set {label!r}: record {spec.task_id(r, i)!r} has no numeric reference answer "
+                           f"({shown}); expected a finite number (GSM8K: '#### NUMBER' at the end)")  # fmt: skip
 
 
 def check_tests(rows: list[dict], spec: TaskSpec, label: str) -> None:
