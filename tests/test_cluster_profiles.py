@@ -46,7 +46,7 @@ def test_paper_dag_under_slurm_has_every_stage(paper_on_slurm):
     assert len(jobs) == 15  # 3 teacher slots x (pit, pit-head, tt) + 3 scratch slots x (pit, tt)
     for r in jobs:  # gpu: what snakemake-executor-plugin-slurm turns into --gpus
         assert r["gpus"] == r["gpu"] == str(res["gpus"]) == "1"
-        assert r["mem_mb"] == str(res["mem_mb"]) and r["runtime"] == str(res["runtime"])
+        assert r["mem_mb"] == str(res["mem_mb"]) and int(r["runtime"]) >= 10  # runtime: planned x margin (test_plan)
     assert "cerebras/Cerebras-GPT-256M" in paper_on_slurm and "scratch-1.17b" in paper_on_slurm
 
 

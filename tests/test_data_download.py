@@ -96,10 +96,13 @@ def test_unreachable_hub_id_is_one_error_line_and_no_output(tmp_path, monkeypatc
 
 
 def test_incomplete_spec_names_the_missing_keys(tmp_path):
+    """Every key but the source and what it reads has a default (pit/data/corpus.py); those two are named."""
     proc = pit(
         "data", "download", "--spec", json.dumps({"source": "local", "name": "x"}), "--out", str(tmp_path / "m.json")
     )
-    assert proc.returncode == 2 and "misses key(s)" in proc.stderr and "'glob'" in proc.stderr
+    assert proc.returncode == 2 and "'local' with neither glob nor path; expected one of them" in proc.stderr
+    proc = pit("data", "download", "--spec", json.dumps({"source": "hub"}), "--out", str(tmp_path / "m.json"))
+    assert proc.returncode == 2 and "misses key(s) ['hub_id'] for source 'hub'" in proc.stderr
 
 
 SMALL = SPEC | {"glob": "@stdlib/json/*.py", "max_documents": 6, "val_fraction": 0.4, "shard_documents": 2}

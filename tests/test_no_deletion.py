@@ -56,6 +56,7 @@ CASES = {
     "data download": (["--spec", js(STDLIB_CORPUS, glob="{TEXTS}/*.py", max_documents=3, val_fraction=0.3)], REFUSED),
     "data tokenizer": (["--name", "b", "--spec", js(BPE), "--corpus", "{MAN}"], REFUSED),
     "data tokenize": (["--corpus", "{MAN}", "--split", "val", "--tokenizer", "{TOK}"], REFUSED),
+    "data prepare": (["{TEXTS}", "--tokenizer", "gpt2", "--val-fraction", "0.3"], REFUSED),
     "train": (["--spec-file", "{TRAIN}"], REFUSED),
     "lora train": (["--spec-file", "{LORA}"], REFUSED),
     "lora merge": (["--base", "{CKPT}", "--adapter", "{ADAPTER}"], REFUSED),
@@ -81,6 +82,7 @@ CASES = {
     "teacher materialize": (["{GGUF}"], REFUSED),
     "teacher pack": (["{GTEACHER}", "--piece-mb", "0.05"], REFUSED),
     "teacher unpack": (["{STAGE}"], REFUSED),
+    "plan": (["--configfile", "config/config.yaml"], "expected a file name ending in .csv or .json"),
 }
 
 
@@ -91,6 +93,7 @@ HOLDS = {
     "data download": (CASES["data download"][0], "{TEXTS}/corpus/manifest.json"),  # inside the glob's root
     "data tokenizer": (CASES["data tokenizer"][0], "{CORPUS}"),  # is the corpus folder
     "data tokenize": (CASES["data tokenize"][0], "{TOK}/val.bin"),  # inside the tokenizer folder
+    "data prepare": (CASES["data prepare"][0], "{TEXTS}/prepared"),  # inside the folder of texts it reads
     "train": (CASES["train"][0], "{TOK}/run"),
     "lora train": (CASES["lora train"][0], "{CKPT}/lora"),
     "lora merge": (CASES["lora merge"][0], "{CKPT}"),  # the base itself: merge replaced it
@@ -106,6 +109,7 @@ HOLDS = {
     "teacher materialize": (CASES["teacher materialize"][0], "{GGUF}"),  # the GGUF file itself
     "teacher pack": (CASES["teacher pack"][0], "{GTEACHER}/stage"),
     "teacher unpack": (CASES["teacher unpack"][0], "{STAGE}/teacher"),
+    "plan": (["--configfile", "{CONFIG}"], "{CONFIG}"),  # the profile it reads
 }
 del HOLDS["fixtures teacher"]  # random weights: it reads nothing
 
@@ -300,7 +304,9 @@ SPEC_FILES = {
     "data download": ["--spec", "{SPEC}"],
     "data tokenizer": ["--name", "b", "--spec", "{SPEC}", "--corpus", "{MAN}"],
     "data tokenize": ["--corpus", "{MAN}", "--split", "val", "--tokenizer", "{TOK}", "--spec", "{SPEC}"],
+    "data prepare": ["{TEXTS}", "--tokenizer", "gpt2", "--spec", "{SPEC}"],
     "train": ["--spec-file", "{SPEC}"],
+    "plan": ["--configfile", "{SPEC}"],
     "report": ["--config", "{SPEC}", "--tables", "{TABLES}"],
     "mlflow summary": [
         "--config-file",

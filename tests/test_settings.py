@@ -61,7 +61,7 @@ def test_help_lists_every_field_with_its_docstring_and_imports_no_torch():
             doc = " ".join(field_docs(cls)[f.name].split()[:6])
             assert f"  {f.name} (" in text and doc in flat, f.name
     assert "  lr (float; default 0.003; > 0)" in train_help and "  lr (float; default 0.0002; > 0)" in lora_help
-    assert "  mode (str; required; one of 'scratch', 'teacher')" in train_help
+    assert "  mode (str; required; one of 'scratch', 'teacher', 'continue')" in train_help
 
 
 def test_version_is_the_package_metadata(capsys):

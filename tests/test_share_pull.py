@@ -28,16 +28,22 @@ def md5(path) -> str:
     return hashlib.md5(path.read_bytes()).hexdigest()
 
 
+DVC_LOGGERS = ("dvc", "dvc_objects", "dvc_data")
+
+
 @pytest.fixture(autouse=True)
 def dvc_loggers(monkeypatch):
     """An earlier in-process DVC call (dvc.logger.setup) left handlers on a closed captured stderr."""
-    for name in ("dvc", "dvc_objects", "dvc_data"):
+    for name in DVC_LOGGERS:
         monkeypatch.setattr(logging.getLogger(name), "handlers", [])
 
 
 @pytest.fixture(scope="module")
 def origin(tmp_path_factory):
     from dvc.repo import Repo
+
+    for name in DVC_LOGGERS:  # set up before the function-scoped `dvc_loggers`: the same stale handlers
+        logging.getLogger(name).handlers = []
 
     root = tmp_path_factory.mktemp("share")
     origin, remote = root / "origin", root / "remote"

@@ -345,12 +345,13 @@ def test_bad_input_fails_before_training(tiny_data, tmp_path):
             PretrainArgs.from_dict(spec(tiny_data, tok="gpt2", mode="teacher", model=str(tmp_path / "no-teacher"))),
             tmp_path / "b",
         )
-    # a checkpoint of another architecture given as the teacher
+    # a checkpoint that already has an interface given as the teacher: refused, with the mode that takes it
     from pit.core.interfaces import InterfaceConfig
     from pit.models import build_model
 
     build_model("scratch-tiny", InterfaceConfig(kind="tt"), vocab_size=50257).save_pretrained(tmp_path / "scratch")
-    with pytest.raises(PitError, match=r"expected a plain causal LM of a supported family"):
+    with pytest.raises(PitError, match=r"already has a tt interface .*mode 'teacher' converts a plain causal LM: set "
+                       "mode: continue"):  # fmt: skip
         train(
             PretrainArgs.from_dict(spec(tiny_data, tok="gpt2", mode="teacher", model=str(tmp_path / "scratch"))),
             tmp_path / "c",

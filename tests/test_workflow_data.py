@@ -135,7 +135,7 @@ def test_a_gguf_teacher_slot_and_its_native_tokenizer(tmp_path):
             lambda c: c["corpus"].update(sed=0),  # the key's own line, and the key it resembles
             "config.yaml:9: invalid config at corpus.sed: unknown key 'sed'; did you mean 'seed'? expected one of "
             "'domains', 'exclude', 'glob', 'hub_config', 'hub_id', 'hub_split', 'max_bytes', 'max_documents', 'name', "
-            "'seed', 'shard_documents', 'source', 'text_field', 'val_fraction'",
+            "'path', 'seed', 'shard_documents', 'source', 'text_field', 'val_fraction'",
         ),
         (
             lambda c: c["tokenize"].update(token_budget=-5),

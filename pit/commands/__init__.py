@@ -44,6 +44,7 @@ COMMANDS = {
     "config": ("pit.commands.config", "check a workflow profile (YAML syntax, schema, run settings) in one line"),
     "share": ("pit.commands.share", "push results to a DVC remote, or pull them ready for Snakemake and MLflow"),
     "verify": ("pit.commands.verify", "rerun what a target needs in a scratch folder and compare with the record"),
+    "plan": ("pit.commands.plan", "the bill before the run: FLOPs, GPU-hours, memory, disk, wall time per job"),
 }
 
 

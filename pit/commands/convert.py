@@ -17,8 +17,7 @@ from pathlib import Path
 from pit.core.interfaces import INTERFACE_KINDS, T_INITS, InterfaceConfig
 from pit.errors import PitError
 from pit.io import check_output
-from pit.models.access import model_delta_ti
-from pit.models.export import convert_checkpoint
+from pit.sources import check_source
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,6 +26,10 @@ def run(args: argparse.Namespace) -> int:
     if out.is_dir() and any(out.iterdir()) and not args.force:
         raise PitError(f"{args.out!r} exists and is not empty; pass --force to replace it with the conversion")
     interface = InterfaceConfig(kind=args.kind, t_init=args.t_init, t_power=args.t_power, trainable_z=args.trainable_z)
+    check_source(args.src, "teacher")  # a missing folder or an unreachable hub: one line, before transformers loads
+    from pit.models.access import model_delta_ti
+    from pit.models.export import convert_checkpoint
+
     source, model = convert_checkpoint(args.src, out, interface, force=args.force)
     print(
         f"converted {type(source).__name__} -> {type(model).__name__} ({interface.kind}, t_init {interface.t_init}) "

@@ -1,11 +1,17 @@
-"""`pit data download|tokenizer|tokenize`: the data stage's commands (pit/data/; the Snakemake rules call these)."""
+"""`pit data download|tokenizer|tokenize`: the data stage's commands (pit/data/; the Snakemake rules call these);
+`pit data prepare`: all three at once for one's own corpus, every setting but the source and the tokenizer at a
+stated default (docs/your-model-your-data.md)."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import re
 from collections import Counter
 from pathlib import Path
 
 from pit.commands.common import add_spec_argument, check_outputs, merge_spec, read_spec, spec_path
+from pit.data.corpus import CORPUS_DEFAULTS
 from pit.errors import PitError
 
 TOKENIZE_DEFAULTS = {
@@ -74,6 +80,66 @@ def _tokenize(args) -> int:
     return 0
 
 
+# `pit data prepare`'s settings and their defaults (the corpus keys' own: pit.data.corpus.CORPUS_DEFAULTS)
+PREPARE_DEFAULTS = {
+    **CORPUS_DEFAULTS,
+    "exclude": [],  # fnmatch patterns on paths below a folder of text files
+    "text_field": "text",  # the field holding the text of a record (JSON Lines, JSON, Parquet, saved data set)
+    "tokenizer": None,  # required: gpt2 | bpe | a checkpoint folder or hub id
+    "vocab_size": 32000,  # tokenizer bpe: entries requested (the trainer may stop earlier on a small corpus)
+    "workers": 1,  # tokenizer threads or processes
+    "batch_documents": 64,  # documents per work item
+    "token_budget": None,  # most tokens kept in the train file (whole documents); null = all
+    "context_length": None,  # each token file must hold one window of this length + 1; null = no check
+}
+PREPARE_TYPES = {"max_documents": int, "max_bytes": int, "token_budget": int, "context_length": int,
+                 "tokenizer": str, "exclude": list}  # fmt: skip
+
+
+def _prepare_settings(args) -> list[str]:
+    """Fill `args` from --spec and the defaults (a flag wins over the spec, the spec over the default); the lines
+    that show every setting and where it came from."""
+    spec = read_spec(args.spec)
+    given = {k for k in PREPARE_DEFAULTS if getattr(args, k, None) is not None} | set(spec)
+    merge_spec(args, spec, PREPARE_DEFAULTS, PREPARE_TYPES)
+    if args.tokenizer is None:
+        raise PitError("--tokenizer is required: gpt2, bpe (with --vocab-size) or a checkpoint folder or hub id")
+    width = max(map(len, PREPARE_DEFAULTS))
+    return [f"  {k:<{width}}  {json.dumps(getattr(args, k))}{'' if k in given else '  (default)'}"
+            for k in PREPARE_DEFAULTS if k != "vocab_size" or args.tokenizer == "bpe"]  # fmt: skip
+
+
+def _prepare(args) -> int:
+    from pit.data.download import spec_sources
+    from pit.data.prepare import prepare, tokenizer_choice
+    from pit.io import refuse_foreign_folder
+    from pit.pipeline.layout import corpus_manifest, token_file, tokenizer_dir
+
+    shown = _prepare_settings(args)
+    corpus = {"source": "local", ("glob" if re.search(r"[*?\[]", args.source) else "path"): args.source,
+              **{k: getattr(args, k) for k in (*CORPUS_DEFAULTS, "exclude", "text_field")}}  # fmt: skip
+    tokenizer = tokenizer_choice(args.tokenizer, args.vocab_size, args.seed)
+    out = Path(args.out)
+    paths = {"corpus": str(out / corpus_manifest(args.name)), "tokenizer": str(out / tokenizer_dir(tokenizer[0])),
+             **{split: str(out / token_file(tokenizer[0], split)) for split in ("train", "val")}}  # fmt: skip
+    folder = [args.tokenizer] if Path(args.tokenizer).exists() else []
+    check_outputs([args.out], spec_sources(corpus), folder, spec_path(args.spec))
+    refuse_foreign_folder(out, ["resources", "results"])  # the data stage's layout, or nothing: never a user's folder
+    print(f"pit data prepare {args.source} -> {args.out} (tokenizer {tokenizer[0]}: {json.dumps(tokenizer[1])})")
+    print("\n".join(shown), flush=True)
+    done = prepare(corpus, tokenizer, paths, args.workers, args.batch_documents, args.token_budget,
+                   args.context_length)  # fmt: skip
+    manifest, meta = done["manifest"], done["tokenizer"]
+    print(f"corpus {manifest['name']}: {manifest['documents']} documents, {manifest['bytes']} bytes, splits "
+          f"{manifest['splits']} ({paths['corpus']})")  # fmt: skip
+    print(f"tokenizer {meta['name']}: vocab_size {meta['vocab_size']}, eos_id {meta['eos_id']} ({paths['tokenizer']})")
+    for split in ("train", "val"):
+        print(f"{paths[split]}: {done[split]['tokens']} {done[split]['dtype']} tokens, {done[split]['documents']} "
+              "documents")  # fmt: skip
+    print(f"for pit train: train_data: {paths['train']}, val_data: {paths['val']}, tokenizer: {paths['tokenizer']}")
+    return 0
+
+
 def register(subparsers) -> None:
     parser = subparsers.add_parser("data", help="download a corpus, build tokenizers, tokenize")
     sub = parser.add_subparsers(dest="data_command", metavar="STEP", required=True)
@@ -89,6 +155,27 @@ def register(subparsers) -> None:
     p.add_argument("--corpus", help="corpus manifest.json (trained tokenizers only)")
     p.add_argument("--out", required=True, help="tokenizer folder to write")
     p.set_defaults(func=_tokenizer)
+
+    p = sub.add_parser(
+        "prepare",
+        help="one's own corpus (text files, JSONL, Parquet, a saved data set) to train/val token files, in one step",
+        description=__doc__ + "\n\nsettings and defaults:\n" + "\n".join(
+            f"  {k}: {json.dumps(v)}" for k, v in PREPARE_DEFAULTS.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    p.add_argument("source", help="a folder of text files, a .jsonl/.json/.parquet file, a save_to_disk folder, or a "
+                   "glob of text files (quoted: 'texts/**/*.md')")  # fmt: skip
+    p.add_argument("--tokenizer", help="gpt2 | bpe (trained on the corpus) | a checkpoint folder or hub id (required)")
+    p.add_argument("--vocab-size", type=int, help="tokenizer bpe: vocabulary size requested (default 32000)")
+    p.add_argument("--val-fraction", type=float, help="chance that a document is held out (default 0.05)")
+    p.add_argument("--seed", type=int, help="seed of the split and of a BPE's sample (default 0)")
+    p.add_argument("--name", help="the corpus' name, its folder below OUT/resources/corpus/ (default corpus)")
+    p.add_argument("--workers", type=int, help="tokenizer threads or processes (default 1)")
+    p.add_argument("--context-length", type=int, help="fail unless each token file holds one window (default none)")
+    add_spec_argument(p, ", ".join(k for k in PREPARE_DEFAULTS))
+    p.add_argument("--out", required=True, help="folder to write, laid out as the data stage: OUT/resources/corpus/"
+                   "<name>/, OUT/results/tokenizers/<tok>/, OUT/results/data/<tok>/{train,val}.{bin,json}")  # fmt: skip
+    p.set_defaults(func=_prepare)
 
     p = sub.add_parser("tokenize", help="tokenize one corpus split into a flat token file")
     p.add_argument("--corpus", required=True, help="corpus manifest.json")

@@ -15,8 +15,9 @@ def run(args: argparse.Namespace) -> int:
     dst = Path(args.dst)
     if dst.is_dir() and any(dst.iterdir()) and not args.force:
         raise PitError(f"{args.dst!r} exists and is not empty; pass --force to replace it with the export")
-    model, exported = export_checkpoint(args.src, args.dst, force=args.force)
-    print(f"exported {type(model).__name__} ({model.interface.kind}) -> {type(exported).__name__} at {args.dst}")
+    model, exported, check = export_checkpoint(args.src, args.dst, force=args.force)
+    kind = f"{type(model).__name__} ({model.interface.kind}) -> {type(exported).__name__}"
+    print(f"exported {kind} at {args.dst}; {check.words()}")
     return 0
 
 
@@ -25,7 +26,9 @@ def register(sub) -> None:
         "export",
         help="write a plain untied transformers model with the same logits",
         description="Write a plain untied transformers model (the source architecture of a converted causal LM, "
-        "e.g. GPT2LMHeadModel or LlamaForCausalLM; CohereForCausalLM for the scratch family) whose logits equal SRC's.",
+        "e.g. GPT2LMHeadModel or LlamaForCausalLM; CohereForCausalLM for the scratch family) whose logits equal SRC's: "
+        "checked before writing on 16 tokens as a relative gap, max |difference| / max |logit|, against the float32 "
+        "rounding bound at the model's size (pit/core/rounding.py); the tokenizer and chat template come along.",
     )
     p.add_argument("src", help="project checkpoint folder (save_pretrained)")
     p.add_argument("dst", help="output folder (a new one: an existing folder that is not empty needs --force)")

@@ -3,16 +3,17 @@
     pit share push [--remote NAME]     # after the pipeline: dvc commit --force, dvc push; then commit dvc.lock
     pit share pull [--remote NAME]     # in a clone: dvc pull, snakemake --touch --forceall, pit mlflow sync
 
-`push` refuses while `snakemake -n` plans jobs (the outputs would not match the code and config), records
-every stage's outputs in dvc.lock and DVC's cache, and pushes them to the remote (default: the one
-.dvc/config names); each folder output first gets `.pit-out-path`, its own path. `pull` fetches the outputs
-dvc.lock records, checks every pulled file against the hash dvc.lock records and each folder's `.pit-out-path`
-against its path (one line per file that differs or is missing, or folder that is another's, then exit 1; a damaged
-copy is removed from DVC's cache, so a pull from the repaired remote fetches it again), refuses unless `dvc status` is
-then clean, marks them up to date for Snakemake (their modification times in DAG order, Snakemake's metadata) and
-imports the MLflow runs of results/mlflow/runs.jsonl into the profile's store. Afterwards `snakemake -n`
-has nothing to do, `dvc status` is clean and `pit runs` lists the runs. The profile is dvc.yaml's
-`vars.configfile`. Run from the checkout's root (docs/reproducibility.md).
+`push` refuses while `snakemake -n` plans jobs (the outputs would not match the code and config), records every
+stage's outputs in dvc.lock and DVC's cache, and pushes them to the remote (default: the one .dvc/config names);
+each folder output first gets `.pit-out-path`, its own path. `pull` first checks that the remote holds what this
+dvc.lock records (else one line, exit 2: this dvc.lock is not the pushed one; check out the commit that was pushed),
+then fetches the outputs dvc.lock records, checks every pulled file against the hash dvc.lock records and each
+folder's `.pit-out-path` against its path (one line per file that differs or is missing, or folder that is
+another's, then exit 1; a damaged copy is removed from DVC's cache, so a pull from the repaired remote fetches it
+again), refuses unless `dvc status` is then clean, marks them up to date for Snakemake (their modification times in
+DAG order, Snakemake's metadata) and imports the MLflow runs of results/mlflow/runs.jsonl into the profile's store.
+Afterwards `snakemake -n` has nothing to do, `dvc status` is clean and `pit runs` lists the runs. The profile is
+dvc.yaml's `vars.configfile`. Run from the checkout's root (docs/reproducibility.md).
 """
 
 from __future__ import annotations

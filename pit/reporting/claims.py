@@ -802,15 +802,17 @@ def row_sentence(row) -> str:
     verdict rests on (fragility, the minimal detectable effect, the reason a row is not tested)."""
     kind = verdict_kind(row["verdict"])
     head = f"{row['arm']} - {row['ref']} ({where_text(row)})"
-    if kind in ("not testable", "not measured", "n = 1", "holds by construction"):
+    if kind == "n = 1":
+        return f"{head} = {_g(row['diff'])} ({row['verdict']})" if math.isfinite(row["diff"]) else f"{head}: n = 1"
+    if kind in ("not testable", "not measured", "holds by construction"):
         value = f" = {_g(row['diff'])}, n = {int(row['n'])}" if math.isfinite(row["diff"]) else ""
         return f"{head}{value}: {row['verdict']}"
     if row["test"] == "Fisher exact":
         text = f"{head}: {row['note']}; Fisher p = {row['p']:.2g} (Holm over {row['family']}: {row['p_holm']:.2g})"
     else:
         text = (
-            f"{head} = {_g(row['diff'])}, 95% [{_g(row['diff_ci_low'])}, {_g(row['diff_ci_high'])}], at the family's "
-            f"level ({row['family']} rows) [{_g(row['adj_ci_low'])}, {_g(row['adj_ci_high'])}]; exact p = "
+            f"{head} = {_g(row['diff'])}, exact 95% [{_g(row['diff_ci_low'])}, {_g(row['diff_ci_high'])}], at the "
+            f"family's level ({row['family']} rows) [{_g(row['adj_ci_low'])}, {_g(row['adj_ci_high'])}]; exact p = "
             f"{row['p']:.2g}, Holm {row['p_holm']:.2g}; n = {int(row['n'])}"
         )
         text += f", {int(row['dropped'])} seeds dropped (diverged or undefined)" if row["dropped"] else ""
@@ -858,9 +860,38 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def effect_text(row) -> str:
+    """A primary row's effect with its exact 95% interval (or what stands in for it), for the compact table."""
+    if not math.isfinite(row["diff"]):
+        return "-"
+    if row["test"] == "Fisher exact" or not math.isfinite(row["diff_ci_low"]) and int(row["n"]) < 2:
+        return _g(row["diff"])
+    return f"{_g(row['diff'])} [{_g(row['diff_ci_low'])}, {_g(row['diff_ci_high'])}]"
+
+
+def compact_markdown(table: pd.DataFrame) -> str:
+    """The claims in one table, one line per primary row: claim, row (arm - ref, cell), effect with its exact 95%
+    interval, n, the row's verdict, and the claim's verdict on its first line (REPORT.md's claims section opens with
+    it; the prose per claim follows)."""
+    s = summary(table).set_index("claim")
+    head = "| claim | primary row | effect [exact 95%] | n | row verdict | claim verdict |"
+    lines = [head, "|---|---|---|---|---|---|"]
+    for claim in s.index:
+        rows = table[(table["claim"] == claim) & (table["role"] == "primary")]
+        if s.loc[claim, "verdict"] == "exploratory" or rows.empty:
+            continue
+        verdict = s.loc[claim, "verdict"] + (" (fragile)" if s.loc[claim, "fragile"] else "")
+        for i, (_, r) in enumerate(rows.iterrows()):
+            title = s.loc[claim, "title"] if i == 0 else ""
+            lines.append(f"| {title} | {r['arm']} - {r['ref']} ({where_text(r)}) | {effect_text(r)} | {int(r['n'])} "
+                         f"| {verdict_kind(r['verdict'])} | {verdict if i == 0 else ''} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def summary_markdown(table: pd.DataFrame) -> str:
-    """The summary as Markdown: one bullet per claim, grouped (REPORT.md and docs/study.md open with it)."""
-    lines = []
+    """The summary as Markdown: the compact table (`compact_markdown`), then one bullet per claim, grouped (REPORT.md
+    and docs/study.md open with it)."""
+    lines = [compact_markdown(table)]
     s = summary(table)
     for group in GROUPS:
         part = s[s["group"] == group]

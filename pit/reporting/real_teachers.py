@@ -82,7 +82,7 @@ def gap_text(gaps: pd.DataFrame, slot: str, ref: str, arm: str = "pit") -> str:
 
     first, last = part.iloc[0], part.iloc[-1]
     n = int(last["n"])
-    seeds = f"n = {n}" + (": no interval" if n < 2 else ", 95% intervals over seeds")
+    seeds = f"n = {n}" + (": no interval" if n < 2 else ", 95% t-intervals over seeds")
     return f"{METHOD_NAME.get(arm, arm)} - {METHOD_NAME.get(ref, ref)}: {at(first)}, {at(last)} ({seeds})"
 
 

@@ -9,13 +9,15 @@ particular order (modification times do not follow the DAG) and there is no .sna
 - `push`: refuses while Snakemake has jobs left (the outputs would not match the code and config), then writes
   OUT_MARK (the folder's own path) into each folder output, `dvc commit --force` (records every stage's outputs in
   dvc.lock and the cache) and `dvc push`.
-- `pull`: `dvc pull`, then checks every pulled file against the hash dvc.lock records for it (`lock_problems`: DVC
-  checks a file output's hash as it fetches it, but not the files of a folder output, and its `dvc status` trusts the
-  hashes it noted as it wrote them) and each folder's OUT_MARK against its path (dvc.lock's folder entries swapped),
-  removing a damaged cache object and DVC's copy of it (so a pull from the repaired remote fetches it), then
-  refuses unless `dvc status` is clean (the pulled outputs match this checkout's code and config), then
-  `snakemake --touch --forceall` (marks them up to date, in DAG order, with Snakemake's metadata) and imports
-  results/mlflow/runs.jsonl into the profile's MLflow store (`pit mlflow sync results/mlflow`).
+- `pull`: refuses in one line when the remote lacks objects this dvc.lock records (`check_remote_holds_lock`: the
+  checkout's dvc.lock is not the one pushed there), then `dvc pull`, then checks every pulled file against the hash
+  dvc.lock records for it (`lock_problems`: DVC checks a file output's hash as it fetches it, but not the files of a
+  folder output, and its `dvc status` trusts the hashes it noted as it wrote them) and each folder's OUT_MARK
+  against its path (dvc.lock's folder entries swapped), removing a damaged cache object and DVC's copy of it (so a
+  pull from the repaired remote fetches it), then refuses unless `dvc status` is clean (the pulled outputs match
+  this checkout's code and config), then `snakemake --touch --forceall` (marks them up to date, in DAG order, with
+  Snakemake's metadata) and imports results/mlflow/runs.jsonl into the profile's MLflow store (`pit mlflow sync
+  results/mlflow`).
 
 The profile is the one DVC tracks (`vars.configfile` in dvc.yaml). Commands run from the checkout's root.
 """
@@ -27,6 +29,7 @@ import json
 import re
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 from pit.errors import PitError
@@ -279,6 +282,54 @@ def _pull(repo, remote: str | None) -> dict:
         return {}
 
 
+def _lock_objects(root: Path, pushed: set[str]) -> dict[tuple[str, str], str]:
+    """{(hash kind, md5): output path} of every output dvc.lock records whose path is in `pushed` (a file's md5, a
+    folder's listing `.dir`); hash kind `md5` (DVC 3's, dvc.lock's `hash: md5`) or `md5-dos2unix` (an entry without
+    one, DVC 2's)."""
+    lock = load_yaml((root / "dvc.lock").read_text()) if (root / "dvc.lock").is_file() else None
+    outs = [out for stage in ((lock or {}).get("stages") or {}).values() for out in stage.get("outs", [])]
+    recorded = [o for o in outs if isinstance(o.get("md5"), str) and o.get("path") in pushed]
+    return {(o.get("hash", "md5-dos2unix"), o["md5"]): o.get("path", "?") for o in recorded}
+
+
+def _on_remote(repo, remote: str | None, kind: str, oids: list[str]) -> set[str]:
+    """The objects of `oids` (hash kind `kind`) the remote holds."""
+    return set(repo.cloud.get_remote_odb(name=remote, command="pull", hash_name=kind).oids_exist(oids))
+
+
+def lock_commit(root: Path) -> str:
+    """dvc.lock's commit in words: the short hash of the last commit that changed it, and whether it has changes
+    since."""
+    git = ["git", "-C", str(root)]
+    last = subprocess.run([*git, "log", "-1", "--format=%h", "--", "dvc.lock"], capture_output=True, text=True)
+    if last.returncode != 0 or not last.stdout.strip():
+        return "not committed"
+    dirty = subprocess.run([*git, "diff", "--quiet", "HEAD", "--", "dvc.lock"], capture_output=True).returncode
+    return f"commit {last.stdout.strip()}" + (", with uncommitted changes" if dirty else "")
+
+
+def check_remote_holds_lock(root: Path, repo, remote: str | None) -> None:
+    """Before a pull: every object dvc.lock records must be on the remote. When some are not, this checkout's
+    dvc.lock is not the one pushed there (another run's, or one never pushed): one PitError line naming the remote,
+    dvc.lock's commit and what to do, in place of one "missing or damaged" line per output after the pull."""
+    pushed = {o.def_path for stage in repo.index.stages for o in stage.outs if o.use_cache and o.can_push}
+    objects = _lock_objects(root, pushed)  # (an output with `cache: false` or `push: false` is never on a remote)
+    missing = []
+    for kind in sorted({k for k, _ in objects}):
+        oids = [md5 for k, md5 in objects if k == kind]
+        found = _dvc("pull", partial(_on_remote, repo, remote, kind, oids))
+        missing += [objects[kind, md5] for md5 in oids if md5 not in found]
+    if missing:
+        name = remote or repo.config["core"].get("remote")
+        url = repo.config["remote"].get(name, {}).get("url", "?")
+        raise PitError(
+            f"the remote {name!r} ({url}) lacks {len(missing)} of the {len(objects)} outputs this checkout's dvc.lock "
+            f"({lock_commit(root)}) records (first: {missing[0]}): this dvc.lock does not match what was pushed there; "
+            "check out the commit whose dvc.lock was pushed, or run `pit share push` in the run's checkout and commit "
+            "its dvc.lock"
+        )
+
+
 def pull(root: Path, remote: str | None = None, uri: str | None = None) -> dict:
     """Pull the outputs dvc.lock records, check them against it, mark them up to date for Snakemake and import the
     MLflow runs: {'fetched': files, 'imported': runs, 'present': runs already in the store, 'problems': []}; with
@@ -286,6 +337,7 @@ def pull(root: Path, remote: str | None = None, uri: str | None = None) -> dict:
     phase is a line on stderr as it starts (pit.progress.Steps)."""
     steps = Steps("pit share pull", total=5, unit="phase")
     with _repo(root) as repo:
+        check_remote_holds_lock(root, repo, remote)
         steps.line(f"dvc pull: the outputs dvc.lock records, from the remote {remote or '(default)'}", 1)
         result = _dvc("pull", lambda: _pull(repo, remote))
         steps.line("checking every pulled file against dvc.lock", 1)

@@ -16,7 +16,8 @@ Every file the rerun wrote is compared with the recorded file of the same path, 
   Procrustes errors, angles) relative 1e-2 with an absolute floor at the float32 rounding bound of the widest
   interface (`DELTA_TI_FLOOR`, `ANCHOR_FLOOR`: PIT's structural zeros are rounding noise that differs between
   CPUs); every other number (gradients, KL, side effects) relative 1e-2 with an absolute floor of 1e-6;
-  machine-dependent numbers (`runtime_s`, `time_s`, `tokens_per_s`, `peak_memory_mb`) and provenance (a score file's `date`, `commit`, `git_hash`) are not compared; text must be equal. Across CPUs,
+  machine-dependent numbers (`runtime_s`, `time_s`, `tokens_per_s`, `peak_memory_mb`) and provenance (a score
+  file's `date`, `commit`, `git_hash`) are not compared; text must be equal. Across CPUs,
   float32 training differs in the last bits of each step (reduction order, vector width), which a few dozen steps
   amplify to ~1e-5 relative in a loss; the tolerances leave a margin of two orders of magnitude and still catch a
   change of code, data or settings.

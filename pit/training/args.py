@@ -30,6 +30,7 @@ PRECISIONS = ("auto", "fp32", "bf16")
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 DEVICES = ("auto", "cpu", "cuda")
+MODES = ("scratch", "teacher", "continue")  # pretraining modes (docs/training.md, "Modes")
 BOUNDS = ("ge", "gt", "le", "lt")  # metadata keys: >=, >, <=, <
 TYPE_WORDS = {
     int: "an integer",
@@ -339,19 +340,23 @@ class RunArgs:
 class PretrainArgs(RunArgs):
     """One pretraining run (`pit train`): teacher or scratch mode; PIT, TT or untied."""
 
-    mode: str = arg(choices=("scratch", "teacher"))
-    """scratch | teacher."""
+    mode: str = arg(choices=MODES)
+    """scratch | teacher | continue (docs/training.md, "Modes")."""
     model: str
-    """Scratch mode: a scratch-family or stand-in name (pit/models/configs.py). Teacher mode: a hub id or folder."""
+    """Scratch mode: a scratch-family or stand-in name (pit/models/configs.py). Teacher mode: a hub id or folder of a
+    plain causal LM, converted to `interface`. Continue mode: a folder with a token interface (written by `pit
+    convert`, by `pit train`: its final/, or by `pit lora merge`), trained on as it is, interface included."""
     train_data: str
     """Training token file (.bin with its sidecar)."""
     val_data: str
     """Validation token file, tokenized with the same tokenizer."""
-    tokenizer: str
-    """Tokenizer folder, copied into the final checkpoint."""
+    tokenizer: str = ""
+    """Tokenizer folder, copied into the final checkpoint. Required, except in continue mode, where '' takes the
+    model folder's own tokenizer (the one the token files' sidecars must name)."""
     interface: dict = arg(factory=dict)
     """The token interface (pit.core.interfaces.InterfaceConfig as a dict, docs/models.md): kind (pit | tt | untied),
-    trainable_z, t_init, diag_clamp, retraction_eps, init_std, t_power, t_scale; one key: `--set interface.kind=tt`."""
+    trainable_z, t_init, diag_clamp, retraction_eps, init_std, t_power, t_scale; one key: `--set interface.kind=tt`.
+    Continue mode: the model folder's interface; a key given here must have the folder's value."""
     global_batch_tokens: int = arg(4096, ge=1)
     """Tokens per optimizer step over all ranks; a multiple of micro_batch_size x seq_len x world size."""
     micro_batch_size: int = arg(8, ge=1)
@@ -417,6 +422,12 @@ class PretrainArgs(RunArgs):
         return [
             *super().checks(),
             (
+                bool(self.tokenizer) or self.mode == "continue",
+                f"tokenizer {self.tokenizer!r} in mode {self.mode!r}; expected a tokenizer folder (only mode "
+                "'continue' may leave it out, to take the model folder's own)",
+                ("tokenizer",),
+            ),
+            (
                 self.global_batch_tokens % per_micro == 0,
                 f"global_batch_tokens {self.global_batch_tokens} is not a multiple of micro_batch_size x seq_len = "
                 f"{self.micro_batch_size} x {self.seq_len} = {per_micro}",
@@ -446,6 +457,17 @@ class PretrainArgs(RunArgs):
             interface = InterfaceConfig.from_dict(self.interface)
         except (TypeError, ValueError) as err:  # a PitError, or a value of the wrong type in the dict
             raise ArgsError(f"{self.label}: interface {json.dumps(self.interface)}: {err}", ("interface",)) from None
+        folder = folder_interface(self.model) if self.mode != "scratch" else None
+        if self.mode == "continue":
+            interface = continued_interface(self.label, self.model, folder, interface, set(self.interface))
+        elif folder is not None and folder[1] is not None:
+            kind = folder[1].get("kind")
+            raise ArgsError(
+                f"{self.label}: model {self.model!r} is a {folder[0]} folder that already has a {kind} interface "
+                "(written by pit convert, pit train or pit lora merge); mode 'teacher' converts a plain causal LM: "
+                "set mode: continue to train this folder as it is",
+                ("mode", "model"),
+            )
         self.interface = interface.to_dict(omit_defaults=False)  # every key, defaults filled in: one form per run
 
     def accumulation(self, world_size: int) -> int:
@@ -462,6 +484,49 @@ class PretrainArgs(RunArgs):
                 f"seq_len x world_size = {self.micro_batch_size} x {self.seq_len} x {world_size} = {per_micro}"
             )
         return self.global_batch_tokens // per_micro
+
+
+def folder_interface(model: str) -> tuple[str, dict | None] | None:
+    """(model_type, interface or None) of a model folder's config.json, None when `model` is no folder with one (a
+    hub id). The interface is the dict `pit convert`, `pit train` and `pit lora merge` store (config.interface)."""
+    from pit.io import read_json
+
+    path = Path(model).expanduser() / "config.json"
+    if not path.is_file():
+        return None
+    config = read_json(path)
+    if not isinstance(config, dict):
+        raise PitError(f"{str(path)!r} is not a JSON object; expected a model's config.json")
+    interface = config.get("interface")
+    return str(config.get("model_type")), interface if isinstance(interface, dict) else None
+
+
+def continued_interface(label: str, model: str, folder, given, keys: set[str]):
+    """Continue mode: the model folder's interface (an InterfaceConfig), kept exactly. `given` (the run's interface,
+    of which `keys` were set) may only repeat it: a key with another value is refused, naming both values."""
+    from pit.core.interfaces import InterfaceConfig
+
+    where = "mode 'continue' takes a folder written by pit convert, pit train (its final/) or pit lora merge"
+    if folder is None:
+        raise ArgsError(f"{label}: model {model!r} is not a model folder (no config.json); {where}", ("model",))
+    model_type, stored = folder
+    if stored is None:
+        raise ArgsError(
+            f"{label}: model {model!r} is a plain {model_type!r} model without a token interface; {where} "
+            "(convert it with `pit convert`, or train it with mode: teacher)",
+            ("model", "mode"),
+        )
+    kept = InterfaceConfig.from_dict(stored)
+    want, have = given.to_dict(omit_defaults=False), kept.to_dict(omit_defaults=False)
+    for key in sorted(keys):
+        if want[key] != have[key]:
+            raise ArgsError(
+                f"{label}: interface.{key} {json.dumps(want[key])} contradicts model {model!r}, whose interface has "
+                f"{key} {json.dumps(have[key])}; expected {json.dumps(have[key])} or no interface.{key} (mode "
+                "'continue' keeps the folder's interface)",
+                ("interface",),
+            )
+    return kept
 
 
 DEFAULT_LORA_TARGETS = {

@@ -1,6 +1,9 @@
 """Pretraining (`pit train`, paper Section 5, Table 1, Figures 3-4): one run, teacher or scratch mode, PIT, TT or
-untied, into a run folder (pit/training/run_folder.py; `final/` holds the last step's checkpoint + tokenizer).
-The skeleton is litgpt's: setup -> fit -> validate.
+untied, into a run folder (pit/training/run_folder.py; `final/` holds the last step's checkpoint + tokenizer); or
+continue mode: training on from a folder that already has an interface (`pit convert`, a run's final/, `pit lora
+merge`), kept as it is. The skeleton is litgpt's: setup -> fit -> validate. Before the first update the run measures
+its validation loss (`initial_val_loss` in summary.json): a converted model's is `pit convert-check`'s on the same
+windows.
 
 Optimisation: AdamW (decay on matrices of the blocks and on TT/untied tables; none on norms, biases, gates,
 L or Z), linear warmup then cosine decay to `min_lr`, gradient accumulation to a fixed global batch in tokens,
@@ -30,7 +33,7 @@ from pit.data.reader import TokenFile
 from pit.errors import PitError
 from pit.models import build_model, convert_teacher, get_spec, load_teacher
 from pit.models.access import interface_of, model_consistency, model_delta_ti
-from pit.models.checkpoint import save_pretrained_atomic
+from pit.models.checkpoint import load_model, save_pretrained_atomic
 from pit.models.configs import TeacherSpec
 from pit.progress import Steps, progress_bar
 from pit.tracking.tracker import FINAL_KEYS, METRIC_KEYS, run_datasets
@@ -61,9 +64,23 @@ STALE_OUTPUTS = ("metrics.jsonl", "summary.json", "final")
 REQUIRED_OUTPUTS = ("final",)  # with summary.json: what a finished run folder holds
 
 
+def check_rows(what: str, rows: int, vocab_size: int) -> None:
+    """The model's vocabulary holds every token id of the data (more rows are padding, as Qwen2's and Pythia's)."""
+    if rows < vocab_size:
+        raise PitError(
+            f"{what} has vocabulary size {rows}; the training data was tokenized with vocabulary size {vocab_size}; "
+            "expected at least as many rows as token ids"
+        )
+
+
 def build_run_model(args: PretrainArgs, vocab_size: int, eos_id: int):
     """Scratch mode: a fresh model from a named spec (a stand-in teacher's BOS/EOS = the data's EOS). Teacher mode:
-    load + convert the interface."""
+    load + convert the interface. Continue mode: the folder's model as it is (`load_model`: its interface's stored
+    Z and L, TT table or untied pair; the interface the settings hold is the folder's, PretrainArgs)."""
+    if args.mode == "continue":
+        model = load_model(args.model)
+        check_rows(f"model {args.model!r}", model.config.vocab_size, vocab_size)
+        return model
     iface = InterfaceConfig.from_dict(args.interface)
     if args.mode == "scratch":
         spec = get_spec(args.model)
@@ -77,11 +94,7 @@ def build_run_model(args: PretrainArgs, vocab_size: int, eos_id: int):
             args.model, iface, vocab_size=vocab_size, max_seq_len=max(args.seq_len, 256), seed=args.seed, **special
         )
     teacher = load_teacher(args.model)
-    if teacher.config.vocab_size < vocab_size:  # more rows than the tokenizer's ids: padding (Qwen2, Pythia), kept
-        raise PitError(
-            f"teacher {args.model!r} has vocabulary size {teacher.config.vocab_size}; the training data "
-            f"was tokenized with vocabulary size {vocab_size}; expected at least as many rows as token ids"
-        )
+    check_rows(f"teacher {args.model!r}", teacher.config.vocab_size, vocab_size)
     return convert_teacher(teacher, iface)
 
 
@@ -132,6 +145,13 @@ def setup_data(args: PretrainArgs, world: int) -> tuple[TokenFile, TokenFile, in
         raise PitError(f"{args.train_data!r} and {args.val_data!r} were tokenized with different tokenizers")
     if args.tokenizer:  # the sidecars describe the tokenizer that goes into the checkpoint: the model is sized by them
         train_data.check_tokenizer(args.tokenizer)
+    if args.mode == "continue":
+        train_data.check_checkpoint(args.model)  # the tokenizer the folder carries, if any, made the data
+        if not args.tokenizer and not (Path(args.model) / "tokenizer_config.json").is_file():
+            raise PitError(
+                f"tokenizer '' takes the model folder's own, but {args.model!r} carries no tokenizer "
+                "(no tokenizer_config.json); expected tokenizer: the folder the token files were made with"
+            )
     accum = args.accumulation(world)
     train_data.random_starts(1, args.seq_len, np.random.default_rng(0))  # at least one window fits
     val_data.sequential_starts(args.seq_len)
@@ -183,6 +203,7 @@ def setup(args: PretrainArgs, folder: RunFolder, device: torch.device, d: Dist) 
         "runtime_s": 0.0,
         "loss_ema": None,
         "first_loss": None,
+        "initial_val_loss": None,  # before the first update, on the validation windows (fit)
         "skipped": 0,
         "nonfinite_streak": 0,  # consecutive non-finite steps up to now, and the first of them
         "nonfinite_from": None,
@@ -338,6 +359,8 @@ def fit(run: Run) -> tuple[bool, MetricsLog | None]:
         disable=not d.main,
         dynamic_ncols=True,
     )
+    if d.main and run.start_step == 0:  # the starting model's loss: a converted model's is convert-check's
+        run.state["initial_val_loss"] = validation_loss(run)
     for step in bar:
         row = train_step(run, step_loss, step)
         if stuck(run):
@@ -430,6 +453,7 @@ def validate(run: Run, metrics: MetricsLog) -> dict:
         "model": args.model,
         "steps": args.max_steps,
         "tokens": state["tokens"],
+        "initial_val_loss": state["initial_val_loss"],
         "first_step_loss": state["first_loss"],
         "final_train_loss": final_loss,
         "final_train_ppl": math.exp(final_loss),
@@ -448,7 +472,7 @@ def validate(run: Run, metrics: MetricsLog) -> dict:
         ),  # fmt: skip
         **({"diverged": diverged} if diverged else {}),
     }
-    tokenizer = load_tokenizer(args.tokenizer)
+    tokenizer = load_tokenizer(args.tokenizer or (args.model if args.mode == "continue" else ""))
     steps.line(f"saving {run.folder.path / 'final'}", 1)
     save_pretrained_atomic(run.model, run.folder.path / "final", tokenizer)  # with its model card
     metrics.upload()

@@ -39,6 +39,7 @@ check_checkout()
 
 from pit.errors import PitError
 from pit.pipeline import config as pipeline_config, layout, specs
+from pit.pipeline import plan as pipeline_plan
 from pit.pipeline.jobs import job_environment, job_resources, json_arg, logged, name_pattern, pit_launcher
 from pit.pipeline.jobs import working_directory_problem
 from pit.pipeline.layout import DIAGNOSTICS_ROOT, FIGURES_DIR, MLFLOW_SUMMARY_FILE, POSTTRAIN_ROOT, PRETRAIN_ROOT
@@ -63,6 +64,7 @@ def load_config():
             pipeline_config.read_profile(files[0])  # a YAML syntax error with its line (Snakemake names none)
             workflow.configfile(files[0])
         profile = pipeline_config.load_profile(config, files, CHECKOUT)
+        pipeline_config.check_packaged_teachers(profile, files)  # a real teacher's package, before 80 jobs are planned
         if workflow.is_main_process:  # (a job's own Snakemake process, e.g. on a SLURM node, was checked already)
             pipeline_config.check_run_specs(profile, files)
     except PitError as err:
@@ -83,6 +85,46 @@ INTERFACES, ARMS, LORA_TASKS, FRONTIER_LRS, DOMAINS = P.interfaces, P.arms, P.lo
 TABLES, FIGURES, STUDY_FIGURES = P.tables, P.figures, P.study_figures
 PRETRAIN_RES = PRETRAIN["resources"]  # threads, gpus, mem_mb, runtime (partition) of training and diagnostics jobs
 POST_RES = POST["resources"]  # ... of the LoRA and evaluation jobs
+
+
+def planned_runtime(rule, name_of):
+    """A rule's `runtime` (minutes): its resources' number (diagnose: none, the executor's default), or with `runtime:
+    {device, margin}` a callable giving each job ceil(margin x its planned minutes on that device kind) (`pit plan`,
+    pit/pipeline/plan.py, docs/plan.md; the plan is built once, at the first job), a retry attempt x that."""
+    runtime = config[pipeline_plan.RUNTIME_SECTIONS[rule]]["resources"]["runtime"]
+    if not isinstance(runtime, dict):
+        return None if rule == "diagnose" else runtime
+
+    def minutes(wildcards, attempt):
+        try:
+            return pipeline_plan.planned_runtime(P, rule, name_of(wildcards), attempt)
+        except (PitError, ImportError) as err:
+            raise WorkflowError(f"the runtime of rule {rule} from the plan (runtime: {runtime}): {err}") from None
+
+    return minutes
+
+
+def run_job(wildcards):
+    """The plan's name of a job on one run (pretrain, diagnose)."""
+    return pipeline_plan.run_name(run_of(wildcards))
+
+
+def task_job(wildcards):
+    """The plan's name of a job on one run and task (lora, evaluate)."""
+    return pipeline_plan.run_name(run_of(wildcards), wildcards.task)
+
+
+def slot_job(wildcards):
+    """The plan's name of a job on one teacher slot (the stand-in teacher, a real teacher's evaluation)."""
+    return wildcards.slot
+
+
+def diagnose_resources():
+    """The diagnosis jobs' resources: memory, and a runtime only where the profile's comes from the plan."""
+    runtime = planned_runtime("diagnose", run_job)
+    return {"mem_mb": PRETRAIN_RES["mem_mb"], **({} if runtime is None else {"runtime": runtime})}
+
+
 # One run of an arm, as rule wildcards: (mode, slot, interface, seed); seed None without `seeds` (today's paths).
 RUN = ("{mode}", "{slot}", "{interface}", "{seed}" if SEEDS else None)
 tokenizers_of_kind, tokenizer_source_files, token_files, val_tokens, run_inputs, tokenizer_spec = (

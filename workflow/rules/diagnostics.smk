@@ -13,7 +13,7 @@ rule diagnose:
         ENV
     threads: PRETRAIN_RES["threads"]
     resources:
-        mem_mb=PRETRAIN_RES["mem_mb"],
+        **diagnose_resources(),
     params:
         spec=json_arg(diagnose_spec()),
     shell:

@@ -26,7 +26,7 @@ rule lora:
         ENV
     threads: POST_RES["threads"]
     resources:
-        **job_resources(POST_RES),
+        **job_resources(POST_RES, planned_runtime("lora", task_job)),
     params:
         spec=lambda wc: json_arg(lora_spec(run_of(wc), wc.task)),
         out=lambda wc: lora_dir(run_of(wc), wc.task),
@@ -49,7 +49,7 @@ rule evaluate:
         ENV
     threads: POST_RES["threads"]
     resources:
-        **job_resources(POST_RES),
+        **job_resources(POST_RES, planned_runtime("evaluate", task_job)),
     params:
         tasks=lambda wc: evaluate_tasks(wc.task),
         spec=lambda wc: json_arg(evaluate_spec(run_of(wc), wc.task)),
@@ -74,7 +74,7 @@ rule evaluate_teacher:
         ENV
     threads: POST_RES["threads"]
     resources:
-        **job_resources(POST_RES),
+        **job_resources(POST_RES, planned_runtime("evaluate_teacher", slot_job)),
     params:
         tasks=" ".join(EVALUATED_TASKS),
         spec=lambda wc: json_arg(teacher_evaluate_spec(wc.slot)),

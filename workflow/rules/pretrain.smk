@@ -23,7 +23,7 @@ rule pretrain_stand_in_teacher:
         ENV
     threads: PRETRAIN_RES["threads"]
     resources:
-        **job_resources(PRETRAIN_RES),
+        **job_resources(PRETRAIN_RES, planned_runtime("pretrain_stand_in_teacher", slot_job)),
     params:
         spec=lambda wc: json_arg(stand_in_spec(wc.slot)),
         out=lambda wc: stand_in_dir(wc.slot),
@@ -46,7 +46,7 @@ rule pretrain:
         ENV
     threads: PRETRAIN_RES["threads"]
     resources:
-        **job_resources(PRETRAIN_RES),
+        **job_resources(PRETRAIN_RES, planned_runtime("pretrain", run_job)),
     params:
         spec=lambda wc: json_arg(train_spec(run_of(wc))),
         out=lambda wc: run_dir(run_of(wc)),
