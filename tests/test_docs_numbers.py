@@ -83,3 +83,15 @@ def test_no_page_keeps_a_superseded_run(page):
     """Numbers of runs that were republished since (the study's 298 jobs and 110 minutes) are gone."""
     text = (ROOT / page).read_text()
     assert "298 jobs" not in text and "110 min" not in text
+
+
+def test_the_readme_is_one_screen_of_entry_points():
+    """README.md <= 150 lines (issue 66): the details live in docs/, every command in docs/commands.md."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    commands = (ROOT / "docs/commands.md").read_text()
+    from pit.commands import COMMANDS
+
+    assert all(f"`pit {name}" in commands for name in COMMANDS), sorted(
+        n for n in COMMANDS if f"`pit {n}" not in commands
+    )

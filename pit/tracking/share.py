@@ -293,8 +293,12 @@ def _lock_objects(root: Path, pushed: set[str]) -> dict[tuple[str, str], str]:
 
 
 def _on_remote(repo, remote: str | None, kind: str, oids: list[str]) -> set[str]:
-    """The objects of `oids` (hash kind `kind`) the remote holds."""
-    return set(repo.cloud.get_remote_odb(name=remote, command="pull", hash_name=kind).oids_exist(oids))
+    """The objects of `oids` (hash kind `kind`) whose file the remote holds, by existence alone: DVC's `oids_exist`
+    on a local remote verifies each object and deletes one whose content does not match its name, so a damaged copy
+    would vanish from the remote before the pull's check against dvc.lock could name it (exit 1)."""
+    odb = repo.cloud.get_remote_odb(name=remote, command="pull", hash_name=kind)
+    there = odb.fs.exists([odb.oid_to_path(oid) for oid in oids])
+    return {oid for oid, held in zip(oids, there) if held}
 
 
 def lock_commit(root: Path) -> str:
