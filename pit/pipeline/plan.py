@@ -500,46 +500,35 @@ class Planner:
 
     def evaluate_job(self, run: tuple, task: str) -> Job:
         c = self.run_cost(specs.train_spec(self.p, run), run[1] if run[0] == "teacher" else None)
-        dev, width = self.placement(self.p.post["resources"], self.p.post["evaluate"]["device"])
-        seconds, flops, samples = self.generation(c, dev, width, [task, *self.p.post["tasks"][task]], 2)
-        seconds += dev.start_s + 2 * c.stored / cost.DISK_BYTES_S
-        new = self.p.post["evaluate"]["max_new_tokens"]
-        return Job(
-            "evaluate",
-            run_name(run, task),
-            dev.kind,
-            width,
-            seconds,
-            [f"lora:{run_name(run, task)}"],
-            params=c.params,
-            tokens=samples * new,
-            flops=flops,
-            memory=4 * c.params,
-            rough=True,
-            note=f"{samples} samples (LoRA and base) of <= {new} new tokens, greedy",
-        )
+        tasks = [task, *self.p.post["tasks"][task]]
+        return self.scoring_job("evaluate", run_name(run, task), c, tasks, 2, f"lora:{run_name(run, task)}")
 
     def teacher_evaluate_job(self, slot: str) -> Job:
         c = cost.model_cost(
             cost.interface_model(self.slot_config(slot), {"kind": "tt"}), self.p.config["context_length"]
         )
+        return self.scoring_job("evaluate_teacher", slot, c, self.p.evaluated_tasks(), 1, f"materialize_teacher:{slot}")
+
+    def scoring_job(self, rule: str, name: str, c: cost.ModelCost, tasks: list[str], models: int, after: str) -> Job:
+        """A `pit evaluate` job: `models` models (a LoRA model and its base, or a teacher) loaded and scored on
+        `tasks` (`generation`), each loaded from disk once."""
         dev, width = self.placement(self.p.post["resources"], self.p.post["evaluate"]["device"])
-        seconds, flops, samples = self.generation(c, dev, width, self.p.evaluated_tasks(), 1)
-        seconds += dev.start_s + c.stored / cost.DISK_BYTES_S
+        seconds, flops, samples = self.generation(c, dev, width, tasks, models)
+        seconds += dev.start_s + models * c.stored / cost.DISK_BYTES_S
         new = self.p.post["evaluate"]["max_new_tokens"]
         return Job(
-            "evaluate_teacher",
-            slot,
+            rule,
+            name,
             dev.kind,
             width,
             seconds,
-            [f"materialize_teacher:{slot}"],
+            [after],
             params=c.params,
             tokens=samples * new,
             flops=flops,
             memory=4 * c.params,
             rough=True,
-            note=f"{samples} samples of <= {new} new tokens, greedy",
+            note=f"{samples} samples{' (LoRA and base)' if models == 2 else ''} of <= {new} new tokens, greedy",
         )
 
     # --- tables, figures, the report
