@@ -6,7 +6,6 @@ tensors left out, fields of other types or values, non-finite weights, or cut an
 from __future__ import annotations
 
 import struct
-import time
 
 import gguf
 import numpy as np
@@ -91,9 +90,9 @@ def test_a_missing_block_and_a_large_config_are_refused_before_any_allocation(ti
     large = {"llama.block_count": (48, V.UINT32, None), "llama.embedding_length": (6144, V.UINT32, None),
              "llama.feed_forward_length": (16384, V.UINT32, None), "llama.head_count": (48, V.UINT32, None),
              "llama.head_count_kv": (48, V.UINT32, None)}  # fmt: skip
-    started = time.monotonic()
+    # the header check's own message: the model was never built (68 GB on a 24 GB machine would end in an OOM kill)
     err = refused(rewrite(tiny, tmp_path / "large.gguf", drop=("",), fields=large), tmp_path, capsys)
-    assert "lacks every tensor of block 0" in err and time.monotonic() - started < 5
+    assert "lacks every tensor of block 0" in err
     wide = rewrite(tiny, tmp_path / "wide.gguf", fields={"llama.embedding_length": (6144, V.UINT32, None)})
     err = refused(wide, tmp_path, capsys)
     assert "tensors of another size than its metadata implies: token_embd.weight (8,384 values; expected " in err

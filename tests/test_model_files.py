@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import write_tiny_gguf
-from test_first_errors import closed_port_endpoint, timed
+from test_first_errors import LIMIT_S, closed_port_endpoint, timed
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from pit.commands import main
@@ -132,7 +132,8 @@ def test_a_cached_hub_id_converts_with_the_hub_unreachable(tmp_path):
     env["HF_ENDPOINT"] = closed_port_endpoint()
     proc, seconds = timed([sys.executable, "-m", "pit", "convert", "someorg/tiny", "out"], tmp_path, env)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "Retrying" not in proc.stderr and seconds < 60
+    # the hub unreachable, then the cache alone: no retries (transformers' adapter look-up retried 5 times)
+    assert "Retrying" not in proc.stderr and seconds < LIMIT_S, seconds
     assert (tmp_path / "out/chat_template.jinja").read_text() == TEMPLATE  # the tokenizer from the cache too
 
 
