@@ -219,7 +219,7 @@ def test_inverse_sqrt_matches_eigendecomposition():
         ref = (evecs / np.sqrt(evals)) @ evecs.T
         S = inverse_sqrt_minus_identity(A).numpy()
         got = S + np.eye(30)
-        if np.linalg.norm(A - np.eye(30)) < 0.5:  # the binomial series, in float32 on the small correction S
+        if np.linalg.norm(A.numpy() - np.eye(30)) < 0.5:  # the binomial series, in float32 on the small correction S
             bound = relative_bound(30, depth=4) * np.abs(S).max()
         else:  # a float64 eigendecomposition: rounding of d-term products, amplified by kappa(A)
             bound = relative_bound(30, depth=3, kappa=evals.max() / evals.min(), u=U64) * np.abs(ref).max()
