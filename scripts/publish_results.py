@@ -69,8 +69,7 @@ def replace_block(text: str, name: str, body: str, doc: Path) -> str:
 
 def write_summary(tables: Path, doc: Path, out: Path) -> None:
     """Replace the summary and reading blocks of `doc` with those generated from the claims table in `tables`."""
-    from pit.reporting.claims import reading_markdown
-    from pit.reporting.report import read_claims
+    from pit.reporting.claims import read_claims, reading_markdown
 
     table = read_claims(tables)
     link = os.path.relpath(out / "README.md", doc.parent)
@@ -108,7 +107,10 @@ def main() -> None:
     parser.add_argument("--dvc-lock", help="the dvc.lock DVC wrote for this run (copied to <out>/dvc.lock)")
     parser.add_argument("--summary-into", help="a Markdown file whose summary markers get the claims summary")
     parser.add_argument(
-        "--real-into", help="a Markdown file whose `real` markers get the real-teacher summary (README.md)"
+        "--real-into",
+        action="append",
+        default=[],
+        help="a Markdown file whose `real` markers get the real-teacher summary (README.md, docs/real.md; repeatable)",
     )
     parser.add_argument("--note", action="append", default=[], help="one more line for README.md (repeatable)")
     parser.add_argument(
@@ -125,8 +127,8 @@ def main() -> None:
         files.append("dvc.lock")
     if args.summary_into:
         write_summary(results / "tables", Path(args.summary_into), out)
-    if args.real_into:
-        write_real(results, Path(f"config/{args.profile}.yaml"), Path(args.real_into))
+    for doc in args.real_into:
+        write_real(results, Path(f"config/{args.profile}.yaml"), Path(doc))
     command = args.command or f"snakemake --cores all --configfile config/{args.profile}.yaml"
     minutes = args.wall_time_s / 60
     commit = git_commit(results.resolve().parent)

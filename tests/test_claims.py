@@ -443,7 +443,7 @@ def test_the_committed_study_recomputes_decides_by_design_and_says_what_its_tabl
     every tested primary row is the paper's arm with enough paired seeds for its exact test; the summary and the
     reading in docs/study.md and REPORT.md are the ones the table generates; the run took at most 150 minutes on 2
     cores."""
-    from pit.reporting.report import read_claims
+    from pit.reporting.claims import read_claims
 
     study = ROOT / "docs" / "results" / "study"
     check = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_claims.py"), str(study / "tables" /

@@ -72,7 +72,7 @@ def sqlite_file(uri: str | None) -> str | None:
     return uri[len("sqlite:///") :] if isinstance(uri, str) and uri.startswith("sqlite:///") else None
 
 
-RESULT_STAGES = ("pretrain", "diagnostics", "posttrain")  # what a reader of the results root reads (claims, study)
+RESULT_STAGES = ("pretrain", "diagnostics", "posttrain", "teachers")  # what a reader of the results root reads
 
 
 def stage_folders(root: str | None) -> list[str]:

@@ -9,7 +9,7 @@ from pit.commands.common import check_outputs, stage_folders
 from pit.errors import PitError
 from pit.reporting import figures
 
-FIGURES = ("loss-curves", "drift", "transition", "side-effects", "stand-in-teachers", "claims")
+FIGURES = ("loss-curves", "drift", "transition", "side-effects", "stand-in-teachers", "claims", "parity")
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -31,7 +31,7 @@ def _check(args: argparse.Namespace) -> None:
 
 def cmd_figure(args: argparse.Namespace) -> int:
     _check(args)
-    runs = stage_folders(args.runs) if args.name == "claims" else args.runs  # claims: --runs is the results root
+    runs = stage_folders(args.runs) if args.name in ("claims", "parity") else args.runs  # --runs: the results root
     check_outputs([args.out, args.out_dir], runs, args.checkpoint)
     if args.name == "claims":  # one PNG per group of claims
         from pit.reporting.claims import parse_design
@@ -48,6 +48,10 @@ def cmd_figure(args: argparse.Namespace) -> int:
         figures.loss_curves(root, args.mode, out, args.profile)
     elif args.name == "side-effects":
         figures.side_effects(root, out, args.profile)
+    elif args.name == "parity":
+        from pit.reporting.decision import parse_decision
+
+        figures.parity(root, parse_decision(args.decision), out, args.profile)
     elif args.name == "stand-in-teachers":
         figures.stand_in_teachers(root, out, args.profile)
     else:
@@ -73,6 +77,7 @@ def register(sub) -> None:
     p.add_argument("--out", help="PNG file to write")
     p.add_argument("--out-dir", help="claims: folder for claims_<group>.png (--runs: the results root)")
     p.add_argument("--design", help="claims: the claims table's declared design as JSON (the profile's `claims` key)")
+    p.add_argument("--decision", help="parity: the profile's `decision` key as JSON (docs/real.md)")
     p.add_argument(
         "--study",
         action="store_true",

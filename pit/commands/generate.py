@@ -5,7 +5,8 @@
 
 Decoding is `transformers`' `generate` (pit.evaluation.generate): greedy by default (the same tokens as
 `generate` on the `pit export` of the checkpoint), sampling with `--temperature > 0` (deterministic for a
-given `--seed`). `pit chat` (pit/commands/chat.py) reads its prompts from stdin instead.
+given `--seed`). `pit chat` (pit/commands/chat.py) reads its prompts from stdin instead. `--out FILE` writes
+{checkpoint, decoding, rows: [{prompt, completion}]} as JSON (atomically): the workflow's side-by-side generations.
 """
 
 from __future__ import annotations
@@ -92,12 +93,20 @@ def complete(model, tokenizer, prompts: list[str], args: argparse.Namespace, see
 
 
 def run(args: argparse.Namespace) -> int:
+    from pit.commands.common import check_outputs
+    from pit.io import write_json
+
     if any(not p for p in args.prompt):
         raise PitError("--prompt '': expected a non-empty prompt")
+    check_outputs([args.out], args.checkpoint, args.tokenizer)
     model, tokenizer = load_for_decoding(args)
     completions = complete(model, tokenizer, args.prompt, args)
-    if args.json:
-        rows = [{"prompt": p, "completion": c} for p, c in zip(args.prompt, completions)]
+    rows = [{"prompt": p, "completion": c} for p, c in zip(args.prompt, completions)]
+    if args.out:
+        decoding = {key: getattr(args, key) for key in DECODING if key != "device"}
+        write_json(args.out, {"checkpoint": str(args.checkpoint), "decoding": decoding, "rows": rows})
+        print(f"{len(rows)} completions -> {args.out}")
+    elif args.json:
         print(json.dumps(rows, indent=2))
     else:
         for prompt, completion in zip(args.prompt, completions):
@@ -116,4 +125,5 @@ def register(sub) -> None:
     p.add_argument("--prompt", action="append", required=True, help="prompt text (repeatable)")
     p.add_argument("--echo", action="store_true", help="print each prompt before its completion")
     p.add_argument("--json", action="store_true", help="print [{prompt, completion}] as JSON")
+    p.add_argument("--out", help="write {checkpoint, decoding, rows: [{prompt, completion}]} to this JSON file")
     p.set_defaults(func=run)

@@ -13,14 +13,14 @@ from pathlib import Path
 from pit.commands.common import check_outputs, stage_folders
 from pit.errors import PitError
 from pit.io import write_text
-from pit.reporting import study_tables
+from pit.reporting import decision, study_tables
 from pit.reporting.claims import Design, claims_from_seeds, parse_design, table_notes
 from pit.reporting.per_seed import per_seed_table
 from pit.reporting.tables import BUILDERS, RUN_NOTES, write_table
 
 # claims: the paper's claims, a verdict each; stability, teacher_gap, frontier: the study's supporting tables; all
 # from the per-seed table (docs/study.md)
-TABLES = [*BUILDERS, "claims", *study_tables.BUILDERS]
+TABLES = [*BUILDERS, "claims", *study_tables.BUILDERS, *decision.BUILDERS]  # decision: a profile's `decision`
 
 
 def cmd_table(args: argparse.Namespace) -> int:
@@ -30,7 +30,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     notes = list(args.note or [])
     stem = Path(args.out)
     outputs = [stem.with_suffix(s) for s in (".md", ".csv", ".tex", ".json", ".html", ".sha256")]
-    reads_root = name in ("claims", *study_tables.BUILDERS)  # --runs is the results root: its stages are read
+    reads_root = name in ("claims", *study_tables.BUILDERS, *decision.BUILDERS)  # --runs: the results root
     check_outputs([*outputs, f"{args.out}_seeds.csv"], stage_folders(args.runs) if reads_root else args.runs)
     if reads_root and not any(Path(p).is_dir() for p in stage_folders(args.runs)):
         raise PitError(f"--runs {args.runs}: no pretrain/, diagnostics/ or posttrain/ there; expected the results root")
@@ -43,6 +43,11 @@ def cmd_table(args: argparse.Namespace) -> int:
     elif name in study_tables.BUILDERS:  # stability and teacher_gap read the pretraining runs only
         stages = ("pretrain", "posttrain") if name == "frontier" else ("pretrain",)
         df = study_tables.BUILDERS[name](per_seed_table(args.runs, stages))
+    elif name in decision.BUILDERS:  # the profile's declared decision (docs/real.md)
+        d = decision.parse_decision(args.decision)
+        arg = args.runs if name == "final_scores" else per_seed_table(args.runs, ("pretrain",))
+        df = decision.BUILDERS[name](arg, d)
+        notes += decision.table_notes(name, d)
     else:
         df = BUILDERS[name]() if name == "table3" else BUILDERS[name](args.runs)
         notes += RUN_NOTES[name](args.runs) if name in RUN_NOTES else []
@@ -71,5 +76,10 @@ def register(sub) -> None:
         "--design",
         help="claims: the declared design as JSON, the profile's `claims` key: {primary: {mode: arm}, "
         "matched_control: arm, alpha, power} (docs/study.md)",
+    )
+    p.add_argument(
+        "--decision",
+        help="trajectory, parity, final_scores: the profile's `decision` key as JSON: {slot, arm, ref, thresholds, "
+        "tasks} (docs/real.md)",
     )
     p.set_defaults(func=cmd_table)

@@ -9,6 +9,7 @@ PRETRAIN_ROOT = f"{RESULTS_ROOT}/pretrain"
 STAND_IN_ROOT = f"{RESULTS_ROOT}/teachers"
 DIAGNOSTICS_ROOT = f"{RESULTS_ROOT}/diagnostics"
 POSTTRAIN_ROOT = f"{RESULTS_ROOT}/posttrain"
+FINAL_EVAL = "final-eval"  # a run's final model scored as it is, in its post-training folder
 TABLES_DIR = f"{RESULTS_ROOT}/tables"
 FIGURES_DIR = f"{RESULTS_ROOT}/figures"
 REPORT_FILE = f"{RESULTS_ROOT}/REPORT.md"
@@ -81,6 +82,17 @@ def stand_in_file(slot: str, name: str) -> str:
 def teacher_eval_dir(slot: str) -> str:
     """The scores of a real teacher slot's own checkpoint (before any continued pretraining)."""
     return f"{STAND_IN_ROOT}/{slot}/eval"
+
+
+def final_eval_dir(run: tuple) -> str:
+    """`pit evaluate` of a pretraining run's final model as it is, without LoRA (the profile's `decision.tasks`):
+    beside the run's LoRA tasks in the post-training stage."""
+    return f"{POSTTRAIN_ROOT}/{run_path(run)}/{FINAL_EVAL}"
+
+
+def generation_file(name: str) -> str:
+    """The greedy continuations of `decision.prompts` by one model (teacher, or an arm's first seed)."""
+    return f"{POSTTRAIN_ROOT}/generations/{name}.json"
 
 
 def diagnostics_file(run: tuple) -> str:

@@ -19,7 +19,7 @@ from pit.errors import PitError
 from pit.pipeline import cost, specs
 from pit.pipeline.cost import DEVICES
 from pit.pipeline.layout import run_path
-from pit.pipeline.profile import SPLITS, Profile
+from pit.pipeline.profile import DECISION_TABLES, SPLITS, Profile
 
 # Test-set sizes of the evaluated tasks (pit/evaluation/tasks.py, standins.py): hub and offline stand-ins.
 TEST_SET_SIZES = {
@@ -446,7 +446,28 @@ class Planner:
         for run in self.p.posttrain_runs():
             for task in self.p.lora_tasks:
                 jobs += [self.lora_job(run, task), self.evaluate_job(run, task)]
-        return jobs + [self.teacher_evaluate_job(slot) for slot in self.p.gguf_slots]
+        jobs += [self.teacher_evaluate_job(slot) for slot in self.p.gguf_slots]
+        return jobs + self.decision_jobs()
+
+    def decision_jobs(self) -> list[Job]:
+        """The decision's final models scored as they are (`evaluate_final`) and the side-by-side generations."""
+        d, jobs = self.p.decision, []
+        for run in self.p.decision_runs() if d and d["tasks"] else []:
+            c = self.run_cost(specs.train_spec(self.p, run), run[1])
+            jobs.append(
+                self.scoring_job("evaluate_final", run_name(run), c, d["tasks"], 1, f"pretrain:{run_name(run)}")
+            )
+        for name, run in self.p.generated_runs().items():
+            c = cost.model_cost(cost.interface_model(self.slot_config(d["slot"]), {"kind": "tt"}), 1)
+            steps = len(d["prompts"]) * d["max_new_tokens"]
+            seconds = self.cpu.start_s + c.stored / cost.DISK_BYTES_S + steps * c.layers * self.cpu.layer_step_s
+            seconds += steps * c.flops_per_token / 3 / self.rate(self.cpu, self.p.post["resources"]["threads"])
+            teacher = [f"materialize_teacher:{d['slot']}"] if d["slot"] in self.p.gguf_slots else []
+            after = teacher if run is None else [f"pretrain:{run_name(run)}"]
+            note = f"{len(d['prompts'])} prompts x <= {d['max_new_tokens']} new tokens, greedy"
+            threads = self.p.post["resources"]["threads"]
+            jobs.append(Job("generate", name, "cpu", threads, seconds, after, rough=True, note=note))
+        return jobs
 
     def lora_job(self, run: tuple, task: str) -> Job:
         """`pit lora train`: (1 + frontier rates) x tokens x 2/3 flops_per_token (forward and input gradients
@@ -546,7 +567,7 @@ class Planner:
 
 
 # table name (Profile.tables) -> its rule; figure name (Profile.figures, or its first word) -> its rule
-TABLE_RULES = {"stability": "table_stability", "teacher_gap": "table_teacher_gap", "frontier": "table_frontier"}
+TABLE_RULES = {name: f"table_{name}" for name in ("stability", "teacher_gap", "frontier", *DECISION_TABLES)}
 FIGURE_RULES = {
     "figure3": "figure_loss_curves",
     "figure4": "figure_loss_curves",
@@ -554,6 +575,7 @@ FIGURE_RULES = {
     "figure2_transition": "figure_transition",
     "side_effects": "figure_side_effects",
     "stand_in_teachers": "figure_stand_in_teachers",
+    "parity": "figure_parity",
 }
 
 
@@ -573,6 +595,8 @@ RUNTIME_SECTIONS = {
     "lora": "posttrain",
     "evaluate": "posttrain",
     "evaluate_teacher": "posttrain",
+    "evaluate_final": "posttrain",
+    "generate": "posttrain",
 }
 
 

@@ -8,7 +8,9 @@ from pathlib import Path
 from pit.arms import arm_kind, mode_arms, slot_tokenizer
 from pit.pipeline.layout import (
     diagnostics_file,
+    final_eval_dir,
     final_model,
+    generation_file,
     lora_file,
     materialized_teacher,
     run_file,
@@ -23,6 +25,8 @@ SPLITS = ["train", "val"]
 LOSS_FIGURES = {"3": "scratch", "4": "teacher"}  # Figure number -> the mode whose loss curves it shows
 CLAIM_GROUPS = ["interface", "training", "stability", "layerwise", "side_effects", "posttrain"]  # a figure each
 TABLES = ["claims", "table1", "table2", "table3", "table4_scores", "table4_side_effects"]  # claims: a verdict each
+DECISION_TABLES = ["trajectory", "parity", "final_scores"]  # a profile's `decision` (pit/reporting/decision.py)
+DECISION_DEFAULTS = {"thresholds": [0.05, 0.1, 0.25], "tasks": ["humaneval"], "prompts": [], "max_new_tokens": 48}
 ROLES = ("stand_in", "teacher", "scratch")  # whose data a run reads (pretrain.domains)
 ARM_KEYS = ("train", "seeds")  # the keys of an arm entry that are not `interface` overrides
 ARM_INTERFACE_KEYS = {"tt": ("tt_init",), "untied": ()}  # the interface overrides of a non-PIT arm (PIT: any)
@@ -65,16 +69,22 @@ class Profile:
         self.seeds = [str(s) for s in config.get("seeds", [])]  # seeds of every arm; none: one run per arm
         self.domains = config["corpus"].get("domains", {})  # named parts of a local corpus, by document path
         self.data_roles = self.pretrain.get("domains", {})  # role -> the domain its runs read (none: all)
-        self.tables = TABLES + (["stability", "teacher_gap", "frontier"] if self.seeds else [])  # + the study's
-        self.study_figures = ["study_frontier", "study_teacher_gap"] if self.seeds else []  # pit figure claims --study
+        self.decision = {**DECISION_DEFAULTS, **config["decision"]} if config.get("decision") else {}
+        lora = bool(self.posttrain_runs())  # a profile may post-train nothing (posttrain.modes: [])
+        self.tables = [t for t in TABLES if lora or not t.startswith("table4")]
+        self.tables += ["stability", "teacher_gap", *(["frontier"] * lora)] if self.seeds else []  # + the study's
+        self.tables += DECISION_TABLES if self.decision else []
+        study = ["study_frontier"] * lora + ["study_teacher_gap"]
+        self.study_figures = study if self.seeds else []  # pit figure claims --study
         self.figures = [
             *(f"figure{n}_{mode}_loss" for n, mode in LOSS_FIGURES.items() if self.modes[mode]),  # modes with slots
             "interface_drift",
             "figure2_transition",
-            "side_effects",
+            *(["side_effects"] * lora),
             *(["stand_in_teachers"] if self.stand_in_slots else []),  # their learning curves
             *(f"claims_{group}" for group in CLAIM_GROUPS),
             *self.study_figures,
+            *(["parity"] if self.decision else []),
         ]
 
     # --- Checks across keys ---------------------------------------------------------------------------------
@@ -109,6 +119,13 @@ class Profile:
         matched = design.get("matched_control")
         if matched and (matched not in self.mode_arms.get("teacher", []) or arm_kind(matched) != "tt"):
             found.append((["claims", "matched_control"], f"{matched!r}: expected a TT arm of teacher mode"))
+        decision = self.config.get("decision") or {}
+        if decision and decision["slot"] not in self.teacher_slots:
+            found.append((["decision", "slot"], f"{decision['slot']!r}: not a teacher slot ({self.teacher_slots})"))
+        for key in ("arm", "ref") if decision else ():
+            if decision[key] not in self.mode_arms["teacher"]:
+                why = f"not an arm of teacher mode ({self.mode_arms['teacher']})"
+                found.append((["decision", key], f"{decision[key]!r}: {why}"))
         unknown = sorted(set(self.post_arms) - set(self.arms))
         if unknown:
             why = f"not a pretraining arm of this profile (expected some of {self.arms})"
@@ -202,6 +219,28 @@ class Profile:
         slots."""
         return [run for run in self.diagnosed_runs() if run[0] in self.post_modes and run[2] in self.post_arms]
 
+    def decision_runs(self) -> list[tuple]:
+        """The final models the decision scores (`decision`): every seed of its arm and its reference in its slot."""
+        d = self.decision
+        return [r for r in self.pretrain_runs() if d and r[0] == "teacher" and r[1] == d["slot"] and r[2] in
+                (d["arm"], d["ref"])]  # fmt: skip
+
+    def generated_runs(self) -> dict[str, tuple | None]:
+        """name -> run of the models whose generations REPORT.md shows side by side: the decision slot's teacher
+        (None) and the first seed of its arm and reference; none without `decision.prompts`."""
+        d = self.decision
+        if not d or not d["prompts"]:
+            return {}
+        first: dict[str, tuple] = {}
+        for run in self.decision_runs():
+            first.setdefault(run[2], run)
+        return {"teacher": None, d["arm"]: first[d["arm"]], d["ref"]: first[d["ref"]]}
+
+    def generated_model(self, name: str) -> str:
+        """The checkpoint folder of one of `generated_runs`."""
+        run = self.generated_runs()[name]
+        return self.teacher_source(self.decision["slot"]) if run is None else final_model(run)
+
     def arm_interface(self, mode: str, arm: str) -> dict:
         """The `interface` settings of a mode's arm: the profile's PIT settings, an extra PIT arm's overrides, its
         kind."""
@@ -289,11 +328,17 @@ class Profile:
         same sets: the post-training stage's final outputs."""
         leaves = ("eval", "base", "side_effects.json")
         runs = [lora_file(run, t, leaf) for run in self.posttrain_runs() for t in self.lora_tasks for leaf in leaves]
-        return runs + [teacher_eval_dir(slot) for slot in self.gguf_slots]
+        finals = [final_eval_dir(run) for run in self.decision_runs()] if self.decision.get("tasks") else []
+        generations = [generation_file(name) for name in self.generated_runs()]
+        return runs + [teacher_eval_dir(slot) for slot in self.gguf_slots] + finals + generations
 
     def evaluated_tasks(self) -> list[str]:
-        """Every task `pit evaluate` scores: the LoRA tasks and their out-of-domain sets, in order."""
-        return list(dict.fromkeys(t for task in self.lora_tasks for t in [task, *self.post["tasks"][task]]))
+        """Every task `pit evaluate` scores: the LoRA tasks and their out-of-domain sets where a run is post-trained,
+        then the decision's tasks, in order."""
+        lora = (
+            [t for task in self.lora_tasks for t in [task, *self.post["tasks"][task]]] if self.posttrain_runs() else []
+        )
+        return list(dict.fromkeys(lora + (self.decision.get("tasks", []) if self.decision else [])))
 
     def table_files(self) -> list[str]:
         """The Markdown file of every table."""

@@ -959,3 +959,15 @@ def table_notes(design: Design | None = None) -> list[str]:
         "family changes a decided verdict. Diverged runs are dropped from loss rows (`dropped`), never imputed.",
         "\n".join(f"- `{metric}`: {how}." for metric, how in seen.items()),
     ]
+
+
+def read_claims(tables):
+    """The claims table (tables/claims.csv) as `pit table claims` wrote it, or None where it did not run."""
+    from pathlib import Path
+
+    csv = Path(tables) / "claims.csv"
+    if not csv.is_file():
+        return None
+    table = pd.read_csv(csv, keep_default_na=False, na_values=[""])
+    table["lora"] = table["lora"].fillna("")
+    return table

@@ -14,6 +14,8 @@
 - `claims --out-dir DIR`: one PNG per group of the paper's claims (claims_<group>.png, pit/reporting/claims.py),
   one panel per metric x mode (x slot, x LoRA task): each seed's value per arm and the arm's mean with its 95%
   Student-t interval.
+- `parity --decision JSON` (a profile's `decision`, docs/real.md): the arm - reference validation-loss gap against
+  training tokens, per seed and as the mean with its 95% t-interval, the parity thresholds dashed.
 """
 
 from __future__ import annotations
@@ -755,5 +757,39 @@ def gap_figure(df, out: Path, profile: str) -> Path:
         axes[0][0].text(0.5, 0.5, "no teacher-mode learning curves", ha="center", va="center",
                         transform=axes[0][0].transAxes)  # fmt: skip
     fig.suptitle(f"Teacher mode: does the gap close? ({profile})")
+    save(fig, out)
+    return out
+
+
+def parity(results: Path, d: dict, out: Path, profile: str) -> Path:
+    """The decision (pit.reporting.decision): arm - ref of the validation loss against training tokens, one thin
+    line per seed, the mean over seeds with its 95% t-interval, the parity thresholds dashed. Below 0: the arm is
+    better; the curve's crossing of a threshold (for good) is the tokens-to-parity table's entry."""
+    from pit.reporting.decision import gaps, trajectory
+    from pit.reporting.per_seed import per_seed_table
+
+    seeds = per_seed_table(results, ("pretrain",))
+    by_seed, tokens = gaps(seeds, d)
+    traj = trajectory(seeds, d)
+    fig, ax = plt.subplots(figsize=(7.0, 4.4), layout="constrained")
+    color = arm_color(d["arm"])
+    for seed, g in by_seed.items():
+        steps = sorted(g)
+        ax.plot([s * tokens[seed] for s in steps], [g[s] for s in steps], color=color, alpha=0.35, lw=0.9)
+    ax.plot(traj["tokens"], traj["gap"], color=color, lw=2, marker="o", ms=3,
+            label=f"{METHOD_NAME.get(d['arm'], d['arm'])} - {METHOD_NAME.get(d['ref'], d['ref'])}, mean of "
+            f"{len(by_seed)} seeds (thin: each seed)")  # fmt: skip
+    ax.fill_between(traj["tokens"], traj["t_low"], traj["t_high"], color=color, alpha=0.2, label="95% t-interval")
+    for threshold in d["thresholds"]:
+        ax.axhline(threshold, color="gray", ls="--", lw=0.8)
+        ax.text(ax.get_xlim()[1], threshold, f" {threshold:g}", va="center", fontsize=7, color="gray")
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_yscale("symlog", linthresh=0.05)
+    ax.xaxis.set_major_formatter(EngFormatter())
+    ax.set_xlabel("continued-pretraining tokens")
+    ax.set_ylabel(f"validation loss - {METHOD_NAME.get(d['ref'], d['ref'])}'s (nats/token)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(f"Tokens to parity: {d['slot']} ({profile}); dashed: the parity thresholds", fontsize=9)
     save(fig, out)
     return out

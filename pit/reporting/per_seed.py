@@ -8,7 +8,9 @@ table alone, and so can anyone else (scripts/check_claims.py does, with numpy an
 Metrics of a pretraining run (pretrain/<run>/summary.json, metrics.jsonl, run.json):
   val_loss, first_loss, final_train_loss, log_vocab (ln V), unigram_entropy (of the run's validation split, nats), lr,
   max_delta_ti, early_rise, early_rise_noise, early_rise_excess, loss_noise, spikes, nonfinite_steps, max_rise,
-  val_loss@<step> (the learning curve); diverged (1: the run ended with a non-finite validation loss, in scratch mode
+  val_loss@<step> (the learning curve; val_loss@0 is the loss before the first update, summary's initial_val_loss,
+  where the run recorded it), tokens_per_step (train.global_batch_tokens: a step's training tokens); diverged (1:
+  the run ended with a non-finite validation loss, in scratch mode
   one no lower than its first loss, or was recorded as diverged in its summary: non-finite weights, too many skipped
   steps, stopped after stop_after_nonfinite non-finite steps; a teacher-mode run starts at the teacher's low loss, and
   ending above it is a regression, kept as its loss, not a divergence), diverged_at (the first step of the non-finite
@@ -115,12 +117,15 @@ def pretrain_metrics(summary: dict, rows: list[dict], run_json: dict) -> dict[st
         "diverged": float(diverged),
         "diverged_at": at,
         "tail_start": _f(train.get("decay_steps")),  # the first step of a constant-rate tail (NaN: none)
+        "tokens_per_step": _f(train.get("global_batch_tokens")),
     }
     if losses:
         rise = early_rise(losses, EARLY_FRACTION, SMOOTH_WINDOW)
         out.update(dict.fromkeys(rise, math.nan) if diverged else rise)
         out["spikes"] = math.nan if at <= warmup else float(spikes(losses, warmup, SPIKE_WINDOW, SPIKE_SIGMAS))
         out["max_rise"] = math.nan if diverged else max_rise(losses, warmup, SMOOTH_WINDOW)
+    if summary.get("initial_val_loss") is not None and not diverged:
+        out["val_loss@0"] = float(summary["initial_val_loss"])
     for r in rows if not diverged else []:
         if r.get("val_loss") is not None:
             out[f"val_loss@{r['step']}"] = float(r["val_loss"])

@@ -17,11 +17,15 @@ from pit.arms import mode_arms, slot_tokenizer
 from pit.errors import PitError
 from pit.io import read_json
 from pit.reporting.captions import caption_name
+from pit.reporting.claims import read_claims
 from pit.reporting.tables import slot_key, table_notes  # noqa: F401  (table_notes: the notes each table carries)
 
 REPORT_TITLE = "PIT reproduction report"  # REPORT.md's and REPORT.html's opening (pit report replaces only those)
 # the tables REPORT.md shows, in order, with their headings
 REPORT_TABLES = {
+    "trajectory": "The decision: the gap along training",
+    "parity": "The decision: tokens to parity",
+    "final_scores": "The decision: the final models as they are",
     "table1": "Table 1",
     "table2": "Table 2",
     "table3": "Table 3",
@@ -207,18 +211,6 @@ def describe_domain(rule: dict) -> str:
     return f"documents matching {inc}" + (f", except {exc}" if exc else "")
 
 
-def read_claims(tables: Path):
-    """The claims table (tables/claims.csv) as `pit table claims` wrote it, or None where it did not run."""
-    import pandas as pd
-
-    csv = tables / "claims.csv"
-    if not csv.is_file():
-        return None
-    table = pd.read_csv(csv, keep_default_na=False, na_values=[""])
-    table["lora"] = table["lora"].fillna("")
-    return table
-
-
 def claims_summary(tables: Path) -> list[str]:
     """The summary of the claims table (pit.reporting.claims.summary_markdown): one line per claim, grouped."""
     from pit.reporting.claims import summary_markdown
@@ -268,9 +260,10 @@ def comparability(config: dict) -> str:
 
     if real_slots(config):
         return (
-            "This profile continues real pretrained tied models (dequantised from their 4-bit releases) for a few "
-            "dozen steps on CPU: the arms are comparable with each other (same teacher, same data, same order), not "
-            "with the paper's numbers (other models, data and scale); the early phase only (docs/real.md)."
+            "This profile continues real pretrained tied models (dequantised from their 4-bit releases) for "
+            f"{config['pretrain']['train']['max_steps']} steps on CPU: the arms are comparable with each other (same "
+            "teacher, same data, same order), not with the paper's numbers (other models, data and scale, and far "
+            "fewer tokens than its Figure 4); docs/real.md says what this can show."
         )
     if config.get("seeds"):
         return (
@@ -413,6 +406,15 @@ def claims_section(tables: Path, figures: Path, out: Path, captions: Path | None
     return parts + figure_blocks([p for p in pngs if p.is_file()], out, captions)
 
 
+def decision_generations(config: dict, runs: Path | None) -> list[str]:
+    """A profile's `decision`: the generations side by side (pit.reporting.real_teachers.generations_section)."""
+    if not config.get("decision") or runs is None:
+        return []
+    from pit.reporting.real_teachers import generations_section
+
+    return generations_section(runs.parent, config["decision"])
+
+
 def build_report(
     config: dict, tables: Path, figures: Path, out: Path, runs: Path | None = None, captions: Path | None = None
 ) -> str:
@@ -434,6 +436,7 @@ def build_report(
         *summary_section(config, tables, runs),
         *provenance(config, runs.parent if runs is not None else None),
         *claims_summary(tables),
+        *decision_generations(config, runs),
         *claims_section(tables, figures, out, captions),
         "## What was run",
         "",

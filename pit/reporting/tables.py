@@ -410,6 +410,10 @@ TITLES = {
     "begins. Does the gap close as training goes on?",
     "frontier": "Side-effect frontier: per LoRA learning rate, the mean in-domain gain (reference NLL before - after, "
     "nats/token) and KL on held-out pretraining text over seeds; KL at the cell's matched gain",
+    "trajectory": "The decision along training: the arm's validation loss minus the reference's at every validation "
+    "step (tokens = step x tokens per step), paired by seed",
+    "parity": "The decision: tokens to parity, per seed and threshold, and the median over seeds",
+    "final_scores": "The decision: the teacher and the final models as they are, on the decision's tasks",
 }
 
 

@@ -45,6 +45,7 @@ from pit.pipeline.jobs import working_directory_problem
 from pit.pipeline.layout import DIAGNOSTICS_ROOT, FIGURES_DIR, MLFLOW_SUMMARY_FILE, POSTTRAIN_ROOT, PRETRAIN_ROOT
 from pit.pipeline.layout import REPORT_FILE, RESULTS_ROOT, STAND_IN_ROOT, TABLES_DIR, diagnostics_file, figure_file
 from pit.pipeline.layout import final_model, log_path, lora_dir, lora_file, run_dir, run_file, run_log, stand_in_dir
+from pit.pipeline.layout import final_eval_dir, generation_file
 from pit.pipeline.layout import materialized_teacher
 from pit.pipeline.layout import stand_in_file, table_stem, teacher_eval_dir, token_file, token_sidecar, tokenizer_dir
 from pit.pipeline.profile import CLAIM_GROUPS, LOSS_FIGURES, SPLITS
@@ -83,6 +84,7 @@ TEACHER_SLOTS, SCRATCH_SLOTS, STAND_IN_SLOTS, MODES = P.teacher_slots, P.scratch
 GGUF_SLOTS = P.gguf_slots  # teacher slots declared as a GGUF model: materialised in the data stage
 INTERFACES, ARMS, LORA_TASKS, FRONTIER_LRS, DOMAINS = P.interfaces, P.arms, P.lora_tasks, P.frontier_lrs, P.domains
 TABLES, FIGURES, STUDY_FIGURES = P.tables, P.figures, P.study_figures
+DECISION = P.decision  # a profile's one comparison a user decides by (docs/real.md); {} for none
 PRETRAIN_RES = PRETRAIN["resources"]  # threads, gpus, mem_mb, runtime (partition) of training and diagnostics jobs
 POST_RES = POST["resources"]  # ... of the LoRA and evaluation jobs
 

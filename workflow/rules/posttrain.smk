@@ -7,6 +7,9 @@ Folders: results/posttrain/<mode>/<slot>/<interface>/
     <lora task>/eval/<task>.json     the merged model in-domain and out-of-domain (rule evaluate)
     <lora task>/base/<task>.json     the pretrained model on the same sets: the gains' reference (rule evaluate)
 docs/posttraining.md describes every setting.
+A profile's `decision` (docs/real.md) adds <run>/final-eval/<task>.json in the same folders (each final model of its
+arm and reference scored as it is, rule evaluate_final) and results/posttrain/generations/<name>.json (rule
+generate).
 """
 
 
@@ -82,6 +85,50 @@ rule evaluate_teacher:
         logged(
             "pit evaluate {params.tasks} --model {input.model} --out-dir {output} --label teacher --spec {params.spec}"
         )
+
+
+rule evaluate_final:
+    """A pretraining run's final model as it is (no LoRA) on the decision's tasks."""
+    input:
+        model=final_model(RUN),
+    output:
+        directory(final_eval_dir(RUN)),
+    log:
+        run_log("posttrain", RUN, "evaluate_final_"),
+    conda:
+        ENV
+    threads: POST_RES["threads"]
+    resources:
+        **job_resources(POST_RES, planned_runtime("evaluate_final", run_job)),
+    params:
+        tasks=" ".join(DECISION.get("tasks", [])),
+        spec=lambda wc: json_arg(evaluate_spec(run_of(wc), "final-" + "-".join(DECISION["tasks"]))),
+    shell:
+        logged(
+            "pit evaluate {params.tasks} --model {input.model} --out-dir {output} --label final --spec {params.spec}"
+        )
+
+
+rule generate:
+    """The decision's prompts continued greedily by one model (the teacher, or an arm's first seed)."""
+    input:
+        model=lambda wc: P.generated_model(wc.name),
+    output:
+        generation_file("{name}"),
+    log:
+        log_path("posttrain", "generate_{name}"),
+    wildcard_constraints:
+        name=name_pattern(list(P.generated_runs())),
+    conda:
+        ENV
+    threads: POST_RES["threads"]
+    resources:
+        **job_resources(POST_RES, planned_runtime("generate", lambda wc: wc.name)),
+    params:
+        prompts=" ".join(f"--prompt {shlex.quote(p)}" for p in DECISION.get("prompts", [])),
+        new=DECISION.get("max_new_tokens", 1),
+    shell:
+        logged("pit generate {input.model} {params.prompts} --max-new-tokens {params.new} --out {output}")
 
 
 rule posttrain_all:

@@ -138,6 +138,81 @@ rule table_frontier:
         logged(f"pit table frontier --runs {RESULTS_ROOT} --profile {PROFILE} --out {table_stem('frontier')}")
 
 
+rule table_trajectory:
+    """The decision (docs/real.md): arm - reference of the validation loss at every validation step, exact test each."""
+    input:
+        run_summaries(),
+    output:
+        **table_outputs("trajectory"),
+    log:
+        log_path("report", "trajectory"),
+    conda:
+        ENV
+    params:
+        decision=json_arg(DECISION),
+    shell:
+        logged(
+            f"pit table trajectory --runs {RESULTS_ROOT} --profile {PROFILE} --out {table_stem('trajectory')}"
+            " --decision {params.decision}"
+        )
+
+
+rule table_parity:
+    """The decision: per seed and threshold, the training tokens from which the arm stays within it of the reference."""
+    input:
+        run_summaries(),
+    output:
+        **table_outputs("parity"),
+    log:
+        log_path("report", "parity"),
+    conda:
+        ENV
+    params:
+        decision=json_arg(DECISION),
+    shell:
+        logged(
+            f"pit table parity --runs {RESULTS_ROOT} --profile {PROFILE} --out {table_stem('parity')}"
+            " --decision {params.decision}"
+        )
+
+
+rule table_final_scores:
+    """The decision: the teacher and each final model of arm and reference on the decision's tasks, as they are."""
+    input:
+        run_summaries() + posttrain_outputs(),
+    output:
+        **table_outputs("final_scores"),
+    log:
+        log_path("report", "final_scores"),
+    conda:
+        ENV
+    params:
+        decision=json_arg(DECISION),
+    shell:
+        logged(
+            f"pit table final_scores --runs {RESULTS_ROOT} --profile {PROFILE} --out {table_stem('final_scores')}"
+            " --decision {params.decision}"
+        )
+
+
+rule figure_parity:
+    """pit-head - TT (the decision's arm - reference) over training tokens, per seed, with the mean and interval."""
+    input:
+        run_summaries(),
+    output:
+        figure_output("parity"),
+    log:
+        log_path("report", "figure_parity"),
+    conda:
+        ENV
+    params:
+        decision=json_arg(DECISION),
+    shell:
+        logged(
+            f"pit figure parity --runs {RESULTS_ROOT} --profile {PROFILE} --decision {{params.decision}} --out {{output}}"
+        )
+
+
 rule figure_claims:
     input:
         run_summaries() + diagnostics_files() + posttrain_outputs(),
