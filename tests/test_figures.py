@@ -213,7 +213,7 @@ def test_report_opens_with_summary_and_provenance_and_captions_its_figures(tmp_p
     assert [text.index(x) for x in order] == sorted(text.index(x) for x in order) and "## Stability" not in text
     assert re.search(r"\n- Steps: teacher \d+, scratch \d+; global batch", text)
     real = yaml.safe_load((root / "config/real.yaml").read_text())  # no scratch slot: its steps are not listed
-    assert any(re.match(r"- Steps: teacher 30; global batch", line) for line in describe_profile(real))
+    assert any(re.match(r"- Steps: teacher 200; global batch", line) for line in describe_profile(real))
     slots = [line.split()[3] for line in text.splitlines() if line.startswith("- teacher slot")]
     assert slots == ["256m:", "590m:", "1.3b:"]  # size order, not the sorted keys of the config the pipeline passes
     page = report_html(text)
