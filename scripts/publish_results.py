@@ -41,6 +41,15 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def gemm_peak() -> float:
+    """FP32 GEMM FLOP/s of this machine on all its threads, as `pit bench` measures it (an n = 3072 torch.mm, best of
+    3 rounds of 3): what `pit plan`'s CPU numbers are scaled by on another CPU (docs/plan.md)."""
+    from pit.training.bench import gemm_arm, time_arms
+
+    fn, flops = gemm_arm(3072)
+    return flops / time_arms({"gemm": fn}, rounds=3, repeats=3)["gemm"]
+
+
 def copy_outputs(results: Path, out: Path) -> list[str]:
     """REPORT.md, tables/, figures/ of `results` into `out` (replacing what was there); the copied names."""
     for stale in out.iterdir():
@@ -145,6 +154,8 @@ def main() -> None:
         *(f"- {note}" for note in args.note),
         f"- Wall time: {minutes:.1f} minutes (set-up excluded), on {os.cpu_count()} cores of {cpu_model()}, "
         f"Python {platform.python_version()}.",
+        f"- FP32 GEMM peak of this machine: {gemm_peak() / 1e9:.1f} GFLOP/s on {os.cpu_count()} threads (`pit bench`'s "
+        "n = 3072 torch.mm, measured at publishing; `pit plan`'s CPU numbers are scaled by it, docs/plan.md).",
         f"- Published {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `scripts/publish_results.py`.",
         "",
         "Read [REPORT.md](REPORT.md) first: it opens with the summary of the claims, then the claims table. "
