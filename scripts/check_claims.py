@@ -3,6 +3,7 @@
 
     python scripts/check_claims.py results/tables/claims.csv            # reads claims_seeds.csv beside it
     python scripts/check_claims.py docs/results/study/tables/claims.csv
+    python scripts/check_claims.py docs/results/real/tables/claims.csv --primary-arm pit-head   # its declared design
 
 A second implementation of the rules of docs/study.md, "The claims table", written from that page and not imported
 from pit.reporting.claims. The rows to check are those of claims.csv (claim, role, kind, mode, slot, lora, arm, ref);
@@ -504,12 +505,13 @@ KIND_OF = {"paired": lambda c: c.scope != "group", "fisher": lambda c: c.binary,
            "slope": lambda c: c.ref == "matched"}  # fmt: skip
 
 
-def design_problems(row: dict, claim: Claim) -> list[str]:
-    """A primary row compares the paper's configuration (`pit`) with TT (`tt` or a TT arm `tt-*`); a row's mode, kind,
+def design_problems(row: dict, claim: Claim, primary_arm: str = "pit") -> list[str]:
+    """A primary row compares the declared primary arm (the paper's configuration `pit`, unless the profile's
+    `claims.primary` names another PIT arm: --primary-arm) with TT (`tt` or a TT arm `tt-*`); a row's mode, kind,
     cell and role are ones its claim has (a secondary metric has no primary row)."""
     primary = row["role"] == "primary"
     checks = [
-        (not primary or row["arm"] == "pit", f"primary arm {row['arm']!r}, expected 'pit' (the paper's configuration)"),
+        (not primary or row["arm"] == primary_arm, f"primary arm {row['arm']!r}, expected {primary_arm!r} (declared)"),
         (not primary or row["ref"] == "tt" or row["ref"].startswith("tt-"),
          f"primary ref {row['ref']!r}, expected 'tt' or a TT arm 'tt-*'"),
         (not primary or claim.role == "primary", "a primary row of a claim whose rows are all secondary"),
@@ -520,11 +522,11 @@ def design_problems(row: dict, claim: Claim) -> list[str]:
     return [problem for ok, problem in checks if not ok]
 
 
-def mismatches(row: dict, mine: dict | None) -> list[str]:
+def mismatches(row: dict, mine: dict | None, primary_arm: str = "pit") -> list[str]:
     """Every cell of a row that does not match its recomputation."""
     if mine is None:
         return [f"unknown claim {row['claim']!r}"]
-    out = design_problems(row, CLAIMS[row["claim"]])
+    out = design_problems(row, CLAIMS[row["claim"]], primary_arm)
     for col in NUMBERS:
         floor = mine["scale"] if col in IN_UNITS else 0.0
         if col in row and not close(num(row[col]), float(mine.get(col, math.nan)), floor):
@@ -551,7 +553,7 @@ def read_rows(path: Path, needed: set[str]) -> list[dict] | str:
         return list(reader) if not missing else f"{path}: no column {', '.join(sorted(missing))} (docs/study.md)"
 
 
-def main(claims_csv: str) -> int:
+def main(claims_csv: str, primary_arm: str = "pit") -> int:
     claims_csv = Path(claims_csv)
     seeds_csv = claims_csv.with_name(claims_csv.stem + "_seeds.csv")
     rows, seeds = read_rows(claims_csv, ROW_COLUMNS), read_rows(seeds_csv, SEED_COLUMNS)
@@ -564,7 +566,7 @@ def main(claims_csv: str) -> int:
     for i, (row, mine) in enumerate(zip(rows, ours)):
         where = (f"row {i + 2} ({row['claim']} {row['role']} {row['kind']}: {row['mode']} {row['slot']} "
                  f"{row['lora'] or '-'} {row['arm']} - {row['ref']})")  # fmt: skip
-        for problem in mismatches(row, mine):
+        for problem in mismatches(row, mine, primary_arm):
             print(f"{where}: {problem}")
             bad += 1
     print(f"{len(rows)} rows checked against {seeds_csv}: {bad} mismatches")
@@ -572,4 +574,10 @@ def main(claims_csv: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "results/tables/claims.csv"))
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("claims_csv", nargs="?", default="results/tables/claims.csv")
+    parser.add_argument("--primary-arm", default="pit", help="the declared primary arm (the profile's claims.primary)")
+    args = parser.parse_args()
+    sys.exit(main(args.claims_csv, args.primary_arm))
