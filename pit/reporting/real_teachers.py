@@ -143,11 +143,7 @@ def trajectory_line(tables: Path) -> str:
     parts = [
         f"{_tokens(r.tokens)} tokens {r.gap:+.3f} [{r.exact_low:.3f}, {r.exact_high:.3f}] ({r.reading})" for r in picks
     ]
-    return (
-        f"- Along training ({t.iloc[0].arm} - {t.iloc[0].ref}, exact 95%, Holm over {len(t)} steps): "
-        + "; ".join(parts)
-        + "."
-    )
+    return _bullet(f"Along training ({t.iloc[0].arm} - {t.iloc[0].ref}, exact 95%, Holm over {len(t)} steps)", parts)
 
 
 def parity_line(tables: Path) -> str:
@@ -161,11 +157,12 @@ def parity_line(tables: Path) -> str:
         ci = "" if math.isnan(r.low) else f" [{_tokens(r.low)}, {_tokens(r.high)}] ({r.coverage:.1%})"
         parts.append(f"within {r.threshold:g} nats: median {_tokens(r.median_tokens)}{ci}, {within}")
     budget = _tokens(t.iloc[0].budget_tokens)
-    return (
-        f"- Tokens to parity (the arm stays within the threshold to the end; budget {budget} tokens): "
-        + "; ".join(parts)
-        + "."
-    )
+    return _bullet(f"Tokens to parity (the arm stays within the threshold to the end; budget {budget} tokens)", parts)
+
+
+def _bullet(head: str, parts: list[str]) -> str:
+    """One Markdown bullet: the head, then the parts separated by semicolons."""
+    return f"- {head}: " + "; ".join(parts) + "."
 
 
 def scores_line(tables: Path) -> str:
