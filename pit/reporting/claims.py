@@ -969,5 +969,5 @@ def read_claims(tables):
     if not csv.is_file():
         return None
     table = pd.read_csv(csv, keep_default_na=False, na_values=[""])
-    table["lora"] = table["lora"].fillna("")
+    table["lora"] = ["" if pd.isna(x) else x for x in table["lora"]]  # a profile without LoRA: an empty column
     return table
