@@ -576,7 +576,9 @@ def main(claims_csv: str, primary_arm: str = "pit") -> int:
 if __name__ == "__main__":
     import argparse
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("claims_csv", nargs="?", default="results/tables/claims.csv")
     parser.add_argument("--primary-arm", default="pit", help="the declared primary arm (the profile's claims.primary)")
     args = parser.parse_args()
