@@ -101,10 +101,15 @@ def write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def test_share_pull_of_a_dvc_lock_that_was_not_pushed_names_the_cause(tmp_path):
+def test_share_pull_of_a_dvc_lock_that_was_not_pushed_names_the_cause(tmp_path, monkeypatch):
     """A run pushed to a folder remote, then an output changed and recorded in dvc.lock (`dvc commit`) but not
     pushed, and that dvc.lock committed: a clone at that commit pulls a dvc.lock whose objects the remote lacks."""
+    import logging
+
     from dvc.repo import Repo
+
+    # an earlier in-process DVC command of this worker may have left its handler on a test's closed capture stream
+    monkeypatch.setattr(logging.getLogger("dvc"), "handlers", [])
 
     from pit.tracking import share
 
