@@ -12,13 +12,15 @@ cell, a sweep group's count / sum / range, the slope of the gap over the constan
 divergence counts), n and the dropped seeds, both arms' means, the exact sign-flip p (every sign pattern enumerated)
 and its exact interval (the test inverted numerically) at alpha and at alpha / family, Holm over the claim's rows of
 one role, the minimal detectable effect, the untied control, the verdict (in the documented order, the degenerate
-rule and the resolution rule included) and leave-one-seed-out fragility. It also checks the declared design: every
+rule and the resolution rule included; a degenerate row outside the Holm family; the spike rows from runs that did not
+diverge), leave-one-seed-out fragility and the two-seed drops. It also checks the declared design: every
 primary row compares the paper's configuration (`pit`) with TT (`tt` or a TT arm `tt-*`), and every row's mode, kind
 and cell are ones its claim has. Numbers are compared with a relative tolerance of 1e-9 (NaN equals NaN, inf equals
 inf; values in the metric's units also pass within 1e-12 of the largest input of the row, so that a difference that
 is 0 in exact arithmetic, e.g. the slope of a flat curve, may be rounding noise of its operands); a verdict by its
-kind (the text before its reason); `fragile` by no / yes and the seed named. It prints every mismatching cell and
-exits 1 if there is one (2 if the files are not a claims table and its per-seed table).
+kind (the text before its reason); `fragile` by no / yes and the seed named, `two_drops` by no / yes and the pair.
+It prints every mismatching cell and exits 1 if there is one (2 if the files are not a claims table and its
+per-seed table).
 
 The design's alpha and power are not columns of the table: the documented values (0.05, 0.8) are used.
 """
@@ -296,7 +298,7 @@ def group_values(data: Seeds, row: dict, claim: Claim, arm: str, ref: str) -> tu
     at: dict = defaultdict(list)
     for mode, slot, _ in sources(row, claim, data):
         ran_a, ran_r = data.get(mode, slot, "", "diverged", arm), data.get(mode, slot, "", "diverged", ref)
-        va, vr = data.get(mode, slot, "", claim.key, arm), data.get(mode, slot, "", claim.key, ref)
+        va, vr = (measured(data, mode, slot, "", claim.key, x) for x in (arm, ref))
         for seed in ran_a:
             at[seed] += [(va.get(seed, math.nan), vr.get(seed, math.nan))] if seed in ran_r else []
     out = {s: group_measure(claim.measure, [p[0] for p in v], [p[1] for p in v]) if v else (math.nan, math.nan)
@@ -313,7 +315,16 @@ def values(row: dict, claim: Claim, data: Seeds, arm: str, ref: str) -> tuple[di
     if row["lora"] == POOLED:
         return pooled(data, row, claim.key, arm), pooled(data, row, claim.key, ref)
     cell = (row["mode"], row["slot"], row["lora"], claim.key)
-    return data.get(*cell, arm), data.get(*cell, ref)
+    return measured(data, *cell, arm), measured(data, *cell, ref)
+
+
+def measured(data: Seeds, mode: str, slot: str, lora: str, key: str, arm: str) -> dict:
+    """seed -> value; a spike count only for a run that trained its whole length (not diverged: docs/study.md)."""
+    values = data.get(mode, slot, lora, key, arm)
+    if key != "spikes":
+        return values
+    diverged = data.get(mode, slot, "", "diverged", arm)
+    return {s: math.nan if diverged.get(s) == 1 else v for s, v in values.items()}
 
 
 def paired(a: dict, r: dict) -> tuple[list[float], int]:
@@ -432,7 +443,7 @@ def decide(claim: Claim, e: dict) -> str:
 def family_results(rows: list[dict], data: Seeds) -> list[dict]:
     """Every row of one family (a claim's rows of one role): family size, Holm over its tested rows, verdicts."""
     evals = [evaluate(row, data) for row in rows]
-    tested = [i for i, e in enumerate(evals) if e["pre"] in (None, "degenerate")]
+    tested = [i for i, e in enumerate(evals) if e["pre"] is None]  # degenerate rows are not in the family
     adjusted = dict(zip(tested, holm([evals[i]["p"] for i in tested])))
     for i, (row, e) in enumerate(zip(rows, evals)):
         e["family"], e["p_holm"] = len(tested), adjusted.get(i, math.nan)
@@ -452,16 +463,29 @@ def fragility(rows: list[dict], i: int, kind: str, data: Seeds, cache_: dict) ->
     return "no", None
 
 
+def two_drops(rows: list[dict], i: int, kind: str, data: Seeds, cache_: dict) -> tuple[str, tuple | None]:
+    """('yes', (j, k)) for the first pair of seeds (in the order of itertools.combinations) without which row i's
+    verdict changes kind, ('no', None) when no pair does."""
+    for pair in itertools.combinations(data.seeds, 2):
+        if pair not in cache_:
+            kept = Seeds([r for r in data.records if r[4] not in pair], data.groups)
+            cache_[pair] = family_results(rows, kept)
+        if cache_[pair][i]["kind"] != kind:
+            return "yes", pair
+    return "no", None
+
+
 def complete(rows: list[dict], data: Seeds) -> list[dict]:
     """Every recomputed column of a family's rows: family-level numbers, intervals, mde and fragility."""
-    evals, left_out = family_results(rows, data), {}
+    evals, left_out, pairs_out = family_results(rows, data), {}, {}
     for i, (row, e) in enumerate(zip(rows, evals)):
-        d, tested = e["d"], e["pre"] in (None, "degenerate")
+        d, tested = e["d"], e["pre"] is None
         levels = [ALPHA, ALPHA / e["family"] if tested else math.nan] if row["kind"] != "fisher" else [math.nan] * 2
         (e["diff_ci_low"], e["diff_ci_high"]), (e["adj_ci_low"], e["adj_ci_high"]) = exact_intervals(d, levels)
         primary_open = row["role"] == "primary" and e["kind"] == "inconclusive" and row["kind"] != "fisher"
         e["mde"] = min_detectable(d, ALPHA / e["family"]) if primary_open else math.nan
         e["fragile"] = fragility(rows, i, e["kind"], data, left_out) if e["kind"] in DECIDED else ("-", None)
+        e["two_drops"] = two_drops(rows, i, e["kind"], data, pairs_out) if e["kind"] in DECIDED else ("-", None)
     return evals
 
 
@@ -500,6 +524,13 @@ def fragile_cell(text: str) -> tuple[str, int | None]:
     return "yes", int(seed.group(1)) if seed else None
 
 
+def two_drops_cell(text: str) -> tuple[str, tuple | None]:
+    if not text.startswith("yes"):
+        return text.strip() or "-", None
+    pair = re.search(r"seeds (-?\d+) and (-?\d+)", text)
+    return "yes", (int(pair.group(1)), int(pair.group(2))) if pair else None
+
+
 # which claims have rows of each kind
 KIND_OF = {"paired": lambda c: c.scope != "group", "fisher": lambda c: c.binary, "group": lambda c: bool(c.measure),
            "slope": lambda c: c.ref == "matched"}  # fmt: skip
@@ -536,6 +567,10 @@ def mismatches(row: dict, mine: dict | None, primary_arm: str = "pit") -> list[s
     if "fragile" in row and fragile_cell(row["fragile"]) != mine["fragile"]:
         said = "yes: without seed {1}".format(*mine["fragile"]) if mine["fragile"][0] == "yes" else mine["fragile"][0]
         out.append(f"fragile {row['fragile']!r} in the table, {said!r} recomputed")
+    if "two_drops" in row and two_drops_cell(row["two_drops"]) != mine["two_drops"]:
+        yes, pair = mine["two_drops"]
+        said = f"yes: without seeds {pair[0]} and {pair[1]}" if pair else yes
+        out.append(f"two_drops {row['two_drops']!r} in the table, {said!r} recomputed")
     return out
 
 

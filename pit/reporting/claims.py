@@ -17,7 +17,9 @@ teacher mode, the matched-start control. A row compares one arm with a reference
   seed over the rates both arms ran (diverged rates, spikes, lr sensitivity), then tested like `paired`; `slope`:
   the slope of the validation-loss gap over the constant-rate tail (nats per 100 steps), tested like `paired`;
 - runs that diverged are outcomes, not numbers: loss-based rows compare finite runs only and count the seeds dropped;
-- Holm-Bonferroni over each claim's primary rows (its family), and separately over its secondary rows;
+  the spike rows count only runs that trained their whole length (a diverged run's outcome is the divergence row);
+- Holm-Bonferroni over each claim's tested primary rows (its family), and separately over its secondary rows; a row
+  whose verdict is degenerate, not testable or not measured is not in its family;
 - verdicts, decided in this order: `holds by construction` (the metric is PIT's definition), `not testable: <why>`
   (both arms 0 by construction, every seed reads one constant, the premise is absent, a score's resolution is coarser
   than the paper's effect), `not measured: <what>`, `n = 1, no interval`, `degenerate: <arm>: <why>` (an arm that
@@ -26,11 +28,14 @@ teacher mode, the matched-start control. A row compares one arm with a reference
   power, `mde`); a supported consistency claim is `not specific to PIT` where a valid untied control (measurably
   untied: polar cosine distance of E and W_out^T >= CONTROL_MIN_POLAR) shows the same effect and PIT does no better
   than it;
-- `fragile`: for every decided row, whether its verdict changes when any one seed is dropped from its family.
+- `fragile`: for every decided row, whether its verdict changes when any one seed is dropped from its family;
+  `two_drops`: whether it changes when any two seeds are (with n = 8 paired seeds an exact test over a two-row
+  family has one seed of slack: a decided row that survives every two-seed drop does not rest on one or two runs).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -381,6 +386,16 @@ def cells(claim: Claim, index: Index, design: Design) -> list[Cell]:
 
 
 # ---- per-seed values of a cell -------------------------------------------------------------------------------------
+def outcome_values(claim: Claim, index: Index, mode: str, slot: str, lora: str, arm: str) -> dict:
+    """seed -> an arm's value of the claim's metric; for the spike rows only the runs that trained their whole length
+    (a run that diverged has its divergence as its outcome, counted by the divergence rows, not a spike count)."""
+    values = index.runs(mode, slot, lora, claim.key).get(arm, {})
+    if claim.key != "spikes":
+        return values
+    diverged = index.runs(mode, slot, "", "diverged").get(arm, {})
+    return {s: math.nan if diverged.get(s) == 1 else v for s, v in values.items()}
+
+
 def cell_values(claim: Claim, index: Index, cell: Cell) -> tuple[dict, dict, int, str]:
     """(arm seed -> value, reference seed -> value, seeds dropped, a note) of a paired, group or slope cell. Dropped:
     seeds that ran both arms but leave no finite pair (a diverged run, an undefined measure)."""
@@ -393,8 +408,7 @@ def cell_values(claim: Claim, index: Index, cell: Cell) -> tuple[dict, dict, int
         runs = [index.runs(cell.mode, cell.slot, t, claim.key) for t in tasks]
         a, r = (_pooled([x.get(arm, {}) for x in runs]) for arm in (cell.arm, cell.ref))
     else:
-        runs = index.runs(cell.mode, cell.slot, cell.lora, claim.key)
-        a, r = runs.get(cell.arm, {}), runs.get(cell.ref, {})
+        a, r = (outcome_values(claim, index, cell.mode, cell.slot, cell.lora, arm) for arm in (cell.arm, cell.ref))
     both = set(a) & set(r)
     n = len(set(finite(a)) & set(finite(r)))
     return a, r, len(both) - n, ""
@@ -412,7 +426,8 @@ def group_values(claim: Claim, index: Index, cell: Cell) -> tuple[dict, dict, in
     are finite (at least two). NaN for a seed where the measure is undefined (dropped)."""
     slots = index.group_slots(cell.mode, cell.slot)
     ran = {s: index.runs(cell.mode, s, "", "diverged") for s in slots}
-    vals = {s: index.runs(cell.mode, s, "", claim.key) for s in slots}
+    arms = (cell.arm, cell.ref)
+    vals = {s: {arm: outcome_values(claim, index, cell.mode, s, "", arm) for arm in arms} for s in slots}
     a, r, left_out = {}, {}, 0
     for seed in sorted(set().union(*(set(ran[s].get(cell.arm, {})) for s in slots))):
         rates = [s for s in slots if seed in ran[s].get(cell.arm, {}) and seed in ran[s].get(cell.ref, {})]
@@ -584,12 +599,18 @@ def control_columns(claim: Claim, index: Index, cell: Cell, alpha: float) -> dic
     out = {"untied_n": ut.n, "untied_diff": ut.mean, "untied_ci_low": ut.low, "untied_ci_high": ut.high,
            "untied_p": ut.p, "arm_untied_diff": pu.mean, "arm_untied_p": pu.p, "untied_polar": polar,
            "untied_valid": math.isfinite(polar) and polar >= CONTROL_MIN_POLAR}  # fmt: skip
+    return out | arm_control_columns(claim, index, cell, alpha)
+
+
+def arm_control_columns(claim: Claim, index: Index, cell: Cell, alpha: float) -> dict:
+    """A claim's own control arm (CONTROL_ARMS: the early rise's no-re-warm TT) against the row's reference: `control`,
+    `control_diff` and its exact interval, where that arm ran in the cell ({} elsewhere)."""
     control = CONTROL_ARMS.get(claim.key, "")
     runs = index.runs(cell.mode, cell.slot, cell.lora, claim.key)
-    if control in runs and cell.ref in runs:
-        c = sign_flip(paired(runs[control], runs[cell.ref]), alpha)
-        out.update({"control": control, "control_diff": c.mean, "control_ci_low": c.low, "control_ci_high": c.high})
-    return out
+    if control not in runs or cell.ref not in runs:
+        return {}
+    c = sign_flip(paired(runs[control], runs[cell.ref]), alpha)
+    return {"control": control, "control_diff": c.mean, "control_ci_low": c.low, "control_ci_high": c.high}
 
 
 def control_verdict(claim: Claim, row: dict, alpha: float) -> tuple[str, str]:
@@ -620,7 +641,7 @@ def control_verdict(claim: Claim, row: dict, alpha: float) -> tuple[str, str]:
 
 
 # ---- a family: Holm, verdicts, intervals at the family's level, leave-one-seed-out -------------------------------
-TESTED = ("pending", "degenerate")
+TESTED = ("pending",)  # a degenerate row keeps its verdict and leaves the family (its p is still reported)
 
 
 def is_tested(row: dict) -> bool:
@@ -645,10 +666,11 @@ def decide(claim: Claim, row: dict, alpha: float) -> str:
 def family_rows(claim: Claim, index: Index, family: list[Cell], design: Design) -> list[dict]:
     """The rows of one family (a claim's primary or secondary cells), Holm-adjusted and decided."""
     rows = [claim_row(claim, index, c, design.alpha) for c in family]
-    if claim.control:
-        for row, c in zip(rows, family):
-            if c.kind == "paired":
-                row.update(control_columns(claim, index, c, design.alpha))
+    for row, c in zip(rows, family):
+        if c.kind == "paired" and claim.control:
+            row.update(control_columns(claim, index, c, design.alpha))
+        elif c.kind == "paired":  # the early rise's no-re-warm control (docs/study.md promises its columns)
+            row.update(arm_control_columns(claim, index, c, design.alpha))
     for row in rows:
         row["tested"] = is_tested(row)
     m = sum(r["tested"] for r in rows)
@@ -684,21 +706,30 @@ DECIDED = ("supported", "contradicted", "not specific to PIT")
 
 def fragility(claim: Claim, index: Index, family: list[Cell], rows: list[dict], design: Design) -> None:
     """`fragile` of every decided row: the first seed whose removal from the family changes its verdict's kind
-    ('no' when none does; '-' for rows that are not decided)."""
+    ('no' when none does; '-' for rows that are not decided); `two_drops` the same for the first pair of seeds, in
+    order (a row fragile to one seed is fragile to two: the pair is that seed and the first other)."""
     decided = [i for i, r in enumerate(rows) if verdict_kind(r["verdict"]) in DECIDED]
     for r in rows:
-        r["fragile"] = "-"  # not decided: nothing to be fragile
+        r["fragile"] = r["two_drops"] = "-"  # not decided: nothing to be fragile
     if not decided:
         return
-    seeds = index.seeds()
     for i in decided:
-        rows[i]["fragile"] = "no"
-    for seed in seeds:
-        again = family_rows(claim, index.without(seed), family, design)
-        for i in decided:
+        rows[i]["fragile"] = rows[i]["two_drops"] = "no"
+    seeds = index.seeds()
+    for drop in [(s,) for s in seeds] + list(itertools.combinations(seeds, 2)):
+        column = "fragile" if len(drop) == 1 else "two_drops"
+        open_rows = [i for i in decided if rows[i][column] == "no"]
+        if not open_rows:
+            continue
+        view = index
+        for seed in drop:
+            view = view.without(seed)
+        again = family_rows(claim, view, family, design)
+        for i in open_rows:
             kind = verdict_kind(again[i]["verdict"])
-            if rows[i]["fragile"] == "no" and kind != verdict_kind(rows[i]["verdict"]):
-                rows[i]["fragile"] = f"yes: without seed {seed} it is {kind}"
+            if kind != verdict_kind(rows[i]["verdict"]):
+                which = f"seed {drop[0]}" if len(drop) == 1 else f"seeds {drop[0]} and {drop[1]}"
+                rows[i][column] = f"yes: without {which} it is {kind}"
 
 
 def claim_rows(claim: Claim, index: Index, design: Design) -> list[dict]:
@@ -723,7 +754,7 @@ def evidence(row: dict) -> str:
         return "none"
     where = f"Holm over the claim's {row['family']} {row['role']} rows"
     if kind == "degenerate":
-        return f"degenerate model ({row['n']} seeds; tested, {where})"
+        return f"degenerate model ({row['n']} seeds; its p is reported, not in the claim's Holm family)"
     if row["test"] == "Fisher exact":
         return f"Fisher exact test, {row['n']} runs per arm or more, {where}"
     return f"exact sign-flip test, {row['n']} paired seeds, {where}"
@@ -735,7 +766,7 @@ COLUMNS = [
     "dropped", "arm_mean", "arm_ci", "ref_mean", "ref_ci", "diff", "diff_ci_low", "diff_ci_high", "p", "family",
     "p_holm", "adj_ci_low", "adj_ci_high", "mde", "untied_n", "untied_diff", "untied_ci_low", "untied_ci_high",
     "untied_p", "arm_untied_diff", "arm_untied_p", "untied_polar", "untied_valid", "control", "control_diff",
-    "control_ci_low", "control_ci_high", "evidence", "verdict", "fragile", "note",
+    "control_ci_low", "control_ci_high", "evidence", "verdict", "fragile", "two_drops", "note",
 ]  # fmt: skip
 
 
@@ -809,6 +840,11 @@ def row_sentence(row) -> str:
         return f"{head}{value}: {row['verdict']}"
     if row["test"] == "Fisher exact":
         text = f"{head}: {row['note']}; Fisher p = {row['p']:.2g} (Holm over {row['family']}: {row['p_holm']:.2g})"
+    elif kind == "degenerate":  # not in the claim's family: no family-level interval, no Holm
+        text = (
+            f"{head} = {_g(row['diff'])}, exact 95% [{_g(row['diff_ci_low'])}, {_g(row['diff_ci_high'])}]; exact p = "
+            f"{row['p']:.2g} (not in the claim's Holm family); n = {int(row['n'])}"
+        )
     else:
         text = (
             f"{head} = {_g(row['diff'])}, exact 95% [{_g(row['diff_ci_low'])}, {_g(row['diff_ci_high'])}], at the "
@@ -829,6 +865,9 @@ def row_sentence(row) -> str:
         )
     if isinstance(row["fragile"], str) and row["fragile"] not in ("", "-"):
         text += "; robust to dropping any one seed" if row["fragile"] == "no" else f"; fragile ({row['fragile']})"
+    two = row.get("two_drops") if hasattr(row, "get") else None
+    if isinstance(two, str) and two not in ("", "-"):
+        text += "; survives every two-seed drop" if two == "no" else f"; not every two-seed drop ({two})"
     if kind == "not specific to PIT":
         text += f"; {row['verdict'].removeprefix('not specific to PIT: ')}"
     if isinstance(row["note"], str) and row["note"] and row["test"] != "Fisher exact":
