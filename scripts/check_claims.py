@@ -51,11 +51,21 @@ DECIDED = ("supported", "contradicted", "not specific to PIT")
 KINDS = ("holds by construction", "not testable", "not measured", "n = 1", "degenerate", "supported", "contradicted",
          "not specific to PIT", "inconclusive")  # fmt: skip
 NUMBERS = ("n", "dropped", "arm_mean", "ref_mean", "diff", "diff_ci_low", "diff_ci_high", "p", "family", "p_holm",
-           "adj_ci_low", "adj_ci_high", "mde", "untied_diff", "untied_p", "arm_untied_diff",
-           "arm_untied_p")  # fmt: skip
+           "adj_ci_low", "adj_ci_high", "mde", "untied_n", "untied_diff", "untied_p", "arm_untied_diff",
+           "arm_untied_p", "matched_n", "matched_diff", "matched_p", "arm_matched_diff",
+           "arm_matched_p")  # fmt: skip
+FLAGS = ("untied_decides", "matched_decides")  # booleans: does the control have every seed of the row
 # the columns in the metric's units, compared with the rounding floor as well
 IN_UNITS = {"arm_mean", "ref_mean", "diff", "diff_ci_low", "diff_ci_high", "adj_ci_low", "adj_ci_high", "mde",
-            "untied_diff", "arm_untied_diff"}  # fmt: skip
+            "untied_diff", "arm_untied_diff", "matched_diff", "arm_matched_diff"}  # fmt: skip
+UNSETTLED = "not settled at this budget"
+
+
+class Design(NamedTuple):
+    """The declared design: the primary arm and the teacher-mode matched-start control ('' for none)."""
+
+    primary: str = "pit"
+    matched: str = ""
 
 
 class Claim(NamedTuple):
@@ -69,7 +79,6 @@ class Claim(NamedTuple):
     scope: str = "main"
     degenerate_rule: bool = True
     role: str = "primary"
-    ref: str = "tt"
     pool: bool = False
     resolution: bool = False
     binary: bool = False
@@ -84,7 +93,7 @@ CLAIMS = {
     "interface_raw_cosine": Claim("raw_cosine", _B, -1, "construction"),
     "interface_polar_cosine": Claim("polar_cosine", _B, -1, "construction_both"),
     "teacher_early_rise": Claim("early_rise_excess", _T, -1, premise=True),
-    "teacher_val_loss": Claim("val_loss", _T, -1, degenerate_rule=False, ref="matched"),
+    "teacher_val_loss": Claim("val_loss", _T, -1, degenerate_rule=False),
     "scratch_val_loss": Claim("val_loss", _S, 1, degenerate_rule=False),
     "stability_divergence": Claim("diverged", _S, -1, **_SWEEP, binary=True, measure="count"),
     "stability_spikes": Claim("spikes", _S, -1, **_SWEEP, measure="sum"),
@@ -293,16 +302,17 @@ def group_measure(measure: str, arm: list[float], ref: list[float]) -> tuple[flo
 
 
 def group_values(data: Seeds, row: dict, claim: Claim, arm: str, ref: str) -> tuple[dict, dict]:
-    """Per seed over the group's rates at which both arms ran (`diverged` present for both); a seed of the arm
-    without such rates has no value (dropped)."""
+    """Per seed over the group's rates, for a seed at which both arms ran every rate of the group (`diverged` present
+    for both); a seed of the arm that missed a rate has no value (dropped)."""
     at: dict = defaultdict(list)
-    for mode, slot, _ in sources(row, claim, data):
+    rates = sources(row, claim, data)
+    for mode, slot, _ in rates:
         ran_a, ran_r = data.get(mode, slot, "", "diverged", arm), data.get(mode, slot, "", "diverged", ref)
         va, vr = (measured(data, mode, slot, "", claim.key, x) for x in (arm, ref))
         for seed in ran_a:
             at[seed] += [(va.get(seed, math.nan), vr.get(seed, math.nan))] if seed in ran_r else []
-    out = {s: group_measure(claim.measure, [p[0] for p in v], [p[1] for p in v]) if v else (math.nan, math.nan)
-           for s, v in at.items()}  # fmt: skip
+    out = {s: group_measure(claim.measure, [p[0] for p in v], [p[1] for p in v]) if len(v) == len(rates)
+           else (math.nan, math.nan) for s, v in at.items()}  # fmt: skip
     return {s: v[0] for s, v in out.items()}, {s: v[1] for s, v in out.items()}
 
 
@@ -337,14 +347,19 @@ def paired(a: dict, r: dict) -> tuple[list[float], int]:
 # ---- verdicts --------------------------------------------------------------------------------------------------------
 def degenerate(row: dict, claim: Claim, data: Seeds) -> bool:
     """The arm or the reference has validation losses but none finite (diverged at every seed), or a mean validation
-    loss at or above the unigram entropy of its validation split or at or above ln V - 0.1; for the early rise also a
-    (mean) first loss at or above ln V - 0.1."""
+    loss at or above its context-free bound (the mean span_entropy, where every seed with a finite loss has one;
+    else the unigram entropy of its validation split) or at or above ln V - 0.1; for the early rise also a (mean)
+    first loss at or above ln V - 0.1."""
     for arm in (row["arm"], row["ref"]):
         losses = data.get(row["mode"], row["slot"], "", "val_loss", arm)
         if losses and not finite(losses):
             return True
         metrics = ("val_loss", "unigram_entropy", "log_vocab", "first_loss")
         loss, entropy, log_v, first = (mean(finite(data.get(row["mode"], row["slot"], "", m, arm))) for m in metrics)
+        span = data.get(row["mode"], row["slot"], "", "span_entropy", arm)
+        with_loss = {s for s, v in losses.items() if math.isfinite(v)}
+        if with_loss and with_loss <= {s for s, v in span.items() if math.isfinite(v)}:
+            entropy = mean(finite(span))
         if loss >= entropy or loss >= log_v - NEAR_UNIFORM:
             return True
         if claim.premise and first >= log_v - NEAR_UNIFORM:
@@ -383,13 +398,33 @@ def untested(row: dict, claim: Claim, data: Seeds, a: dict, r: dict, n: int) -> 
     return None
 
 
-def control(row: dict, claim: Claim, data: Seeds) -> dict:
-    """The untied control: untied - ref and arm - untied in the row's cell, and whether it is measurably untied."""
-    du, _ = paired(*values(row, claim, data, "untied", row["ref"]))
-    dau, _ = paired(*values(row, claim, data, row["arm"], "untied"))
-    polar = mean(finite(data.get(row["mode"], row["slot"], "", "polar_cosine", "untied")))
-    return {"untied_n": len(du), "untied_diff": mean(du), "untied_p": exact_p(du), "arm_untied_diff": mean(dau),
-            "arm_untied_p": exact_p(dau), "untied_valid": polar >= CONTROL_MIN_POLAR}  # fmt: skip
+def control(row: dict, claim: Claim, data: Seeds, arm: str, prefix: str) -> dict:
+    """A control arm C in the row's cell: C - ref and arm - C, and whether C has a finite value at every seed where
+    the row has a finite pair (a control that lacks seeds of the row is descriptive, never decides)."""
+    c, r = values(row, claim, data, arm, row["ref"])
+    a, _ = values(row, claim, data, row["arm"], row["ref"])
+    dc, _ = paired(c, r)
+    dac, _ = paired(a, c)
+    seeds = {s for s in set(a) & set(r) if math.isfinite(a[s]) and math.isfinite(r[s])}
+    decides = bool(seeds) and seeds <= {s for s, v in c.items() if math.isfinite(v)}
+    return {f"{prefix}_n": len(dc), f"{prefix}_diff": mean(dc), f"{prefix}_p": exact_p(dc),
+            f"arm_{prefix}_diff": mean(dac), f"arm_{prefix}_p": exact_p(dac), f"{prefix}_decides": decides}  # fmt: skip
+
+
+def controls(row: dict, claim: Claim, data: Seeds, design: Design) -> dict:
+    """The row's controls: in teacher mode, for the primary arm's paired row against TT of a tested claim, the
+    matched-start control (same function at step 0, not PIT); for a consistency claim the untied control (valid where
+    its polar cosine distance is at least CONTROL_MIN_POLAR)."""
+    out = {}
+    if row["kind"] != "paired":
+        return out
+    same_start = row["mode"] == "teacher" and row["ref"] == "tt" and row["arm"] == design.primary
+    if same_start and design.matched and claim.evidence == "test":
+        out.update(control(row, claim, data, design.matched, "matched"))
+    if claim.control:
+        polar = mean(finite(data.get(row["mode"], row["slot"], "", "polar_cosine", "untied")))
+        out.update(control(row, claim, data, "untied", "untied"), untied_valid=polar >= CONTROL_MIN_POLAR)
+    return out
 
 
 def scale(row: dict, claim: Claim, data: Seeds, a: dict, r: dict) -> float:
@@ -400,7 +435,7 @@ def scale(row: dict, claim: Claim, data: Seeds, a: dict, r: dict) -> float:
     return max((abs(v) for v in finite(a) + finite(r)), default=0.0)
 
 
-def evaluate(row: dict, data: Seeds) -> dict:
+def evaluate(row: dict, data: Seeds, design: Design) -> dict:
     """A row's numbers before its family: n, dropped, means, diff, the differences d, p and its pre-test verdict."""
     claim = CLAIMS[row["claim"]]
     a, r = values(row, claim, data, row["arm"], row["ref"])
@@ -419,8 +454,7 @@ def evaluate(row: dict, data: Seeds) -> dict:
         out["pre"] = untested(row, claim, data, a, r, len(d))
         if out["pre"] in (None, "degenerate"):
             out["p"] = exact_p(d)
-    if claim.control:
-        out.update(control(row, claim, data))
+    out.update(controls(row, claim, data, design))
     return out
 
 
@@ -434,15 +468,17 @@ def decide(claim: Claim, e: dict) -> str:
         return "inconclusive"
     if side(e["diff"]) != claim.direction:
         return "contradicted"
-    if (claim.control and e["untied_valid"] and side(e["untied_diff"]) == side(e["diff"]) and e["untied_p"] <= ALPHA
-            and not (e["arm_untied_p"] <= ALPHA and side(e["arm_untied_diff"]) == claim.direction)):  # fmt: skip
-        return "not specific to PIT"
-    return "supported"
+    prefix = "matched" if "matched_p" in e else "untied" if "untied_p" in e else ""
+    if not prefix or not e[f"{prefix}_decides"] or (prefix == "untied" and not e["untied_valid"]):
+        return "supported"
+    same = side(e[f"{prefix}_diff"]) == side(e["diff"]) and e[f"{prefix}_p"] <= ALPHA
+    beyond = e[f"arm_{prefix}_p"] <= ALPHA and side(e[f"arm_{prefix}_diff"]) == claim.direction
+    return "not specific to PIT" if same and not beyond else "supported"
 
 
-def family_results(rows: list[dict], data: Seeds) -> list[dict]:
+def family_results(rows: list[dict], data: Seeds, design: Design) -> list[dict]:
     """Every row of one family (a claim's rows of one role): family size, Holm over its tested rows, verdicts."""
-    evals = [evaluate(row, data) for row in rows]
+    evals = [evaluate(row, data, design) for row in rows]
     tested = [i for i, e in enumerate(evals) if e["pre"] is None]  # degenerate rows are not in the family
     adjusted = dict(zip(tested, holm([evals[i]["p"] for i in tested])))
     for i, (row, e) in enumerate(zip(rows, evals)):
@@ -452,53 +488,63 @@ def family_results(rows: list[dict], data: Seeds) -> list[dict]:
 
 
 # ---- the whole table -------------------------------------------------------------------------------------------------
-def fragility(rows: list[dict], i: int, kind: str, data: Seeds, cache_: dict) -> tuple[str, int | None]:
+def fragility(rows: list[dict], i: int, kind: str, data: Seeds, cache_: dict, design: Design) -> tuple:
     """('yes', k) for the first seed k without which row i's verdict changes kind (its whole family recomputed
     without every run of that seed), ('no', None) when none does."""
     for seed in data.seeds:
         if seed not in cache_:
-            cache_[seed] = family_results(rows, data.without(seed))
+            cache_[seed] = family_results(rows, data.without(seed), design)
         if cache_[seed][i]["kind"] != kind:
             return "yes", seed
     return "no", None
 
 
-def two_drops(rows: list[dict], i: int, kind: str, data: Seeds, cache_: dict) -> tuple[str, tuple | None]:
+def two_drops(rows: list[dict], i: int, kind: str, data: Seeds, cache_: dict, design: Design) -> tuple:
     """('yes', (j, k)) for the first pair of seeds (in the order of itertools.combinations) without which row i's
     verdict changes kind, ('no', None) when no pair does."""
     for pair in itertools.combinations(data.seeds, 2):
         if pair not in cache_:
             kept = Seeds([r for r in data.records if r[4] not in pair], data.groups)
-            cache_[pair] = family_results(rows, kept)
+            cache_[pair] = family_results(rows, kept, design)
         if cache_[pair][i]["kind"] != kind:
             return "yes", pair
     return "no", None
 
 
-def complete(rows: list[dict], data: Seeds) -> list[dict]:
+def complete(rows: list[dict], data: Seeds, design: Design) -> list[dict]:
     """Every recomputed column of a family's rows: family-level numbers, intervals, mde and fragility."""
-    evals, left_out, pairs_out = family_results(rows, data), {}, {}
+    evals, left_out, pairs_out = family_results(rows, data, design), {}, {}
     for i, (row, e) in enumerate(zip(rows, evals)):
         d, tested = e["d"], e["pre"] is None
         levels = [ALPHA, ALPHA / e["family"] if tested else math.nan] if row["kind"] != "fisher" else [math.nan] * 2
         (e["diff_ci_low"], e["diff_ci_high"]), (e["adj_ci_low"], e["adj_ci_high"]) = exact_intervals(d, levels)
         primary_open = row["role"] == "primary" and e["kind"] == "inconclusive" and row["kind"] != "fisher"
         e["mde"] = min_detectable(d, ALPHA / e["family"]) if primary_open else math.nan
-        e["fragile"] = fragility(rows, i, e["kind"], data, left_out) if e["kind"] in DECIDED else ("-", None)
-        e["two_drops"] = two_drops(rows, i, e["kind"], data, pairs_out) if e["kind"] in DECIDED else ("-", None)
+        decided = e["kind"] in DECIDED
+        e["fragile"] = fragility(rows, i, e["kind"], data, left_out, design) if decided else ("-", None)
+        e["two_drops"] = two_drops(rows, i, e["kind"], data, pairs_out, design) if decided else ("-", None)
     return evals
 
 
-def recompute(rows: list[dict], data: Seeds) -> list[dict | None]:
-    """Every row recomputed, family by family (None for a row of an unknown claim)."""
+def recompute(rows: list[dict], data: Seeds, design: Design) -> list[dict | None]:
+    """Every row recomputed, family by family (None for a row of an unknown claim), and for each decided paired row
+    with a slope row of the same cell and arms whether its gap still closes (`unsettled`: the slope's p <= alpha,
+    its sign opposite to the gap's)."""
     families: dict = defaultdict(list)
     for i, row in enumerate(rows):
         if row["claim"] in CLAIMS:
             families[(row["claim"], row["role"])].append(i)
     out: list[dict | None] = [None] * len(rows)
     for members in families.values():
-        for i, e in zip(members, complete([rows[i] for i in members], data)):
+        for i, e in zip(members, complete([rows[i] for i in members], data, design)):
             out[i] = e
+    where = {(r["claim"], r["mode"], r["slot"], r["arm"], r["ref"], r["kind"]): i for i, r in enumerate(rows)}
+    for row, e in zip(rows, out):
+        j = where.get((row["claim"], row["mode"], row["slot"], row["arm"], row["ref"], "slope"))
+        if e is None or row["kind"] != "paired" or j is None or out[j] is None:
+            continue
+        s = out[j]
+        e["unsettled"] = e["kind"] in DECIDED and s["p"] <= ALPHA and side(s["diff"]) == -side(e["diff"])
     return out
 
 
@@ -533,18 +579,20 @@ def two_drops_cell(text: str) -> tuple[str, tuple | None]:
 
 # which claims have rows of each kind
 KIND_OF = {"paired": lambda c: c.scope != "group", "fisher": lambda c: c.binary, "group": lambda c: bool(c.measure),
-           "slope": lambda c: c.ref == "matched"}  # fmt: skip
+           "slope": lambda c: c.key == "val_loss" and "teacher" in c.modes}  # fmt: skip
 
 
-def design_problems(row: dict, claim: Claim, primary_arm: str = "pit") -> list[str]:
+def design_problems(row: dict, claim: Claim, design: Design) -> list[str]:
     """A primary row compares the declared primary arm (the paper's configuration `pit`, unless the profile's
-    `claims.primary` names another PIT arm: --primary-arm) with TT (`tt` or a TT arm `tt-*`); a row's mode, kind,
-    cell and role are ones its claim has (a secondary metric has no primary row)."""
+    `claims.primary` names another PIT arm: --primary-arm) with its declared reference: in teacher mode the
+    matched-start control where one is declared (--matched-control), TT (`tt`) otherwise; a row's mode, kind, cell
+    and role are ones its claim has (a secondary metric has no primary row)."""
     primary = row["role"] == "primary"
+    ref = design.matched if row["mode"] == "teacher" and design.matched else "tt"
     checks = [
-        (not primary or row["arm"] == primary_arm, f"primary arm {row['arm']!r}, expected {primary_arm!r} (declared)"),
-        (not primary or row["ref"] == "tt" or row["ref"].startswith("tt-"),
-         f"primary ref {row['ref']!r}, expected 'tt' or a TT arm 'tt-*'"),
+        (not primary or row["arm"] == design.primary,
+         f"primary arm {row['arm']!r}, expected {design.primary!r} (declared)"),
+        (not primary or row["ref"] == ref, f"primary ref {row['ref']!r}, expected {ref!r} (declared)"),
         (not primary or claim.role == "primary", "a primary row of a claim whose rows are all secondary"),
         (row["mode"] in claim.modes, f"mode {row['mode']!r}: the claim speaks of {', '.join(claim.modes)}"),
         (KIND_OF.get(row["kind"], lambda c: False)(claim), f"kind {row['kind']!r}: not a kind of this claim's rows"),
@@ -553,11 +601,17 @@ def design_problems(row: dict, claim: Claim, primary_arm: str = "pit") -> list[s
     return [problem for ok, problem in checks if not ok]
 
 
-def mismatches(row: dict, mine: dict | None, primary_arm: str = "pit") -> list[str]:
+def mismatches(row: dict, mine: dict | None, design: Design) -> list[str]:
     """Every cell of a row that does not match its recomputation."""
     if mine is None:
         return [f"unknown claim {row['claim']!r}"]
-    out = design_problems(row, CLAIMS[row["claim"]], primary_arm)
+    out = design_problems(row, CLAIMS[row["claim"]], design)
+    for col in FLAGS:
+        if row.get(col, "") != "" and (row[col] == "True") != bool(mine.get(col, False)):
+            out.append(f"{col} = {row[col]!r} in the table, {bool(mine.get(col, False))!r} recomputed")
+    if (UNSETTLED in row["verdict"]) != bool(mine.get("unsettled", False)):
+        out.append(f"verdict {row['verdict'][:60]!r}: '{UNSETTLED}' is {'not ' * (UNSETTLED not in row['verdict'])}"
+                   f"said, recomputed {'un' * bool(mine.get('unsettled'))}settled")  # fmt: skip
     for col in NUMBERS:
         floor = mine["scale"] if col in IN_UNITS else 0.0
         if col in row and not close(num(row[col]), float(mine.get(col, math.nan)), floor):
@@ -588,7 +642,14 @@ def read_rows(path: Path, needed: set[str]) -> list[dict] | str:
         return list(reader) if not missing else f"{path}: no column {', '.join(sorted(missing))} (docs/study.md)"
 
 
-def main(claims_csv: str, primary_arm: str = "pit") -> int:
+def declared_matched(rows: list[dict], primary_arm: str) -> str:
+    """The matched-start control the table declares: the reference of its teacher-mode primary rows where that is a
+    TT arm other than `tt` ('' where there is none); the design check then holds every such row to it."""
+    refs = [r["ref"] for r in rows if r["role"] == "primary" and r["mode"] == "teacher" and r["arm"] == primary_arm]
+    return next((ref for ref in refs if ref.startswith("tt-")), "")
+
+
+def main(claims_csv: str, primary_arm: str = "pit", matched: str | None = None) -> int:
     claims_csv = Path(claims_csv)
     seeds_csv = claims_csv.with_name(claims_csv.stem + "_seeds.csv")
     rows, seeds = read_rows(claims_csv, ROW_COLUMNS), read_rows(seeds_csv, SEED_COLUMNS)
@@ -596,12 +657,13 @@ def main(claims_csv: str, primary_arm: str = "pit") -> int:
     if problem:
         print(f"cannot check: {problem}")
         return 2
-    ours = recompute(rows, Seeds(*Seeds.parse(seeds)))
+    design = Design(primary_arm, declared_matched(rows, primary_arm) if matched is None else matched)
+    ours = recompute(rows, Seeds(*Seeds.parse(seeds)), design)
     bad = 0
     for i, (row, mine) in enumerate(zip(rows, ours)):
         where = (f"row {i + 2} ({row['claim']} {row['role']} {row['kind']}: {row['mode']} {row['slot']} "
                  f"{row['lora'] or '-'} {row['arm']} - {row['ref']})")  # fmt: skip
-        for problem in mismatches(row, mine, primary_arm):
+        for problem in mismatches(row, mine, design):
             print(f"{where}: {problem}")
             bad += 1
     print(f"{len(rows)} rows checked against {seeds_csv}: {bad} mismatches")
@@ -616,5 +678,8 @@ if __name__ == "__main__":
     )
     parser.add_argument("claims_csv", nargs="?", default="results/tables/claims.csv")
     parser.add_argument("--primary-arm", default="pit", help="the declared primary arm (the profile's claims.primary)")
+    parser.add_argument("--matched-control", default=None,
+                        help="the declared teacher-mode matched control (claims.matched_control; default: the TT arm "
+                             "the table's teacher-mode primary rows compare with, '' for none)")  # fmt: skip
     args = parser.parse_args()
-    sys.exit(main(args.claims_csv, args.primary_arm))
+    sys.exit(main(args.claims_csv, args.primary_arm, args.matched_control))

@@ -125,6 +125,77 @@ def test_the_primary_row_decides_and_variants_stay_secondary():
     assert the_row(plain, "teacher_val_loss")["role"] == "primary"
 
 
+def test_teacher_rows_decide_against_the_matched_control_and_it_makes_pit_tt_not_specific():
+    """In teacher mode every claim's primary row is PIT against the matched-start control; PIT - TT is secondary and
+    reads `not specific to PIT` where the matched control (a non-PIT arm from the same start, with every seed of the
+    row) shows the same reduction and PIT does not go beyond it. A control with fewer seeds than the row is
+    descriptive: it never sets the verdict."""
+    wobble = [0.01 * (-1) ** k for k in range(10)]
+    pit = spread(0.2, 10)
+    values = {("teacher", "", "lens_kl_ratio"): {"pit": pit, "tt": spread(1.6, 10),
+                                                 "tt-matched": [v + w for v, w in zip(pit, wobble)]},
+              ("scratch", "", "lens_kl_ratio"): {"pit": spread(0.2, 10), "tt": spread(1.6, 10),
+                                                 "untied": spread(0.2, 3)}}  # fmt: skip
+    context = {("scratch", "untied"): {"polar_cosine": 0.9}}
+    table = claims_from_seeds(seeds_table(values, context), MATCHED)
+    primary = the_row(table, "lens_kl_ratio", ref="tt-matched")
+    assert primary["role"] == "primary" and primary["verdict"] == "inconclusive" and primary["p"] == 1.0
+    end_to_end = the_row(table[table["mode"] == "teacher"], "lens_kl_ratio")
+    assert end_to_end["role"] == "secondary" and end_to_end["matched_n"] == 10 and end_to_end["matched_decides"]
+    assert end_to_end["verdict"].startswith("not specific to PIT: tt-matched - tt = -1.4")
+    assert end_to_end["about"] == "training + conversion"
+    scratch = the_row(table[table["mode"] == "scratch"], "lens_kl_ratio")
+    assert scratch["verdict"] == "supported" and scratch["untied_n"] == 3 and not scratch["untied_decides"]
+    assert "the untied control is descriptive" in scratch["note"] and scratch["about"].startswith("training from")
+    # the same control with every seed decides
+    values[("scratch", "", "lens_kl_ratio")]["untied"] = spread(0.2, 10)
+    table = claims_from_seeds(seeds_table(values, context), MATCHED)
+    assert the_row(table[table["mode"] == "scratch"], "lens_kl_ratio")["verdict"].startswith("not specific to PIT")
+
+
+def test_a_loss_gap_that_still_closes_is_decided_at_this_budget_only():
+    """The teacher loss row is decided, and its gap's slope over the constant-rate tail is significant and closing:
+    the verdict says `not settled at this budget` and keeps its kind."""
+    curves, closing = {}, {}
+    for step in (0, 10, 20, 30, 40):
+        closing[("teacher", "", f"val_loss@{step}")] = {
+            "pit": [4.5 - 0.004 * step + 0.001 * k for k in range(10)],
+            "tt-matched": [4.0 + 0.001 * k for k in range(10)],
+        }
+    curves.update(closing)
+    curves[("teacher", "", "val_loss")] = {"pit": [4.34 + 0.001 * k for k in range(10)],
+                                           "tt-matched": [4.0 + 0.001 * k for k in range(10)]}  # fmt: skip
+    curves[("teacher", "", "tail_start")] = {"pit": [10.0] * 10, "tt-matched": [10.0] * 10}
+    table = claims_from_seeds(seeds_table(curves), MATCHED)
+    row = the_row(table, "teacher_val_loss", ref="tt-matched")
+    assert row["verdict"].startswith("contradicted, not settled at this budget: the gap moves -0.4 nats per 100")
+    assert "not settled at this budget" in summary_markdown(table)
+
+
+def test_a_group_row_counts_only_seeds_that_ran_every_rate():
+    """A seed that ran the base slot but no rate of the sweep is not a seed of the sweep's group rows."""
+    groups = {"303m-lr1e-1": "303m"}
+    values = {("scratch", "303m", "", "diverged"): {"pit": [0.0] * 9, "tt": [0.0] * 9},
+              ("scratch", "303m-lr1e-1", "", "diverged"): {"pit": [1.0] * 8, "tt": [0.0] * 8}}  # fmt: skip
+    context = {("scratch", "303m", "arm"): {}}
+    table = claims_from_seeds(seeds_table(values, context, groups=groups))
+    row = the_row(table, "stability_divergence", slot="303m", kind="group")
+    assert row["n"] == 8 and row["dropped"] == 1 and "1 seeds without every rate" in row["note"]
+
+
+def test_degenerate_is_relative_to_what_the_interface_can_express():
+    """A frozen-Z PIT above the unigram entropy but below the best context-free model its span can express learns
+    context: not degenerate; at or above that bound it is."""
+    values = {("scratch", "", "lens_kl_ratio"): {"pit": spread(0.2, 10), "tt": spread(1.6, 10)}}
+    above_unigram = {("scratch", "pit"): {"val_loss": ENTROPY + 0.4, "span_entropy": ENTROPY + 1.2},
+                     ("scratch", "tt"): {"span_entropy": ENTROPY + 0.01}}  # fmt: skip
+    row = the_row(claims_from_seeds(seeds_table(values, above_unigram)), "lens_kl_ratio")
+    assert row["verdict"] == "supported"
+    above_unigram[("scratch", "pit")]["val_loss"] = ENTROPY + 1.3
+    row = the_row(claims_from_seeds(seeds_table(values, above_unigram)), "lens_kl_ratio")
+    assert row["verdict"].startswith(f"degenerate: pit: validation loss {ENTROPY + 1.3:.3f} >= its context-free bound")
+
+
 @pytest.mark.parametrize(("n", "verdict", "fragile"), [(5, "inconclusive", "-"), (6, "supported", "yes"),
                                                        (8, "supported", "no")])  # fmt: skip
 def test_power_and_fragility_follow_the_seed_count(n, verdict, fragile):
@@ -451,8 +522,11 @@ def test_cli_tables_figures_report_and_an_independent_recomputation(results, tmp
     assert the_row(table, "teacher_val_loss", ref="tt-matched")["verdict"] == "supported"
     slope = table[(table["claim"] == "teacher_val_loss") & (table["kind"] == "slope")].iloc[0]
     assert slope["diff"] == pytest.approx(-1.0) and slope["role"] == "secondary"  # the gap falls 0.01 per step
-    pooled = the_row(table[table["mode"] == "teacher"], "side_effect_kl_matched", lora="mean")
-    assert pooled["role"] == "primary"
+    pooled = the_row(table[table["mode"] == "teacher"], "side_effect_kl_matched", lora="mean", ref="tt-matched")
+    assert pooled["role"] == "primary" and pooled["about"] == "training (same start)"
+    end_to_end = the_row(table[table["mode"] == "teacher"], "side_effect_kl_matched", lora="mean")
+    assert end_to_end["role"] == "secondary" and end_to_end["matched"] == "tt-matched"
+    assert end_to_end["matched_decides"] and end_to_end["arm_matched_diff"] == pytest.approx(pooled["diff"])
     check = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_claims.py"), f"{out}.csv"],
                            capture_output=True, text=True)  # fmt: skip
     assert check.returncode == 0 and f"{len(table)} rows checked" in check.stdout and "0 mismatches" in check.stdout

@@ -5,20 +5,25 @@ import json
 import numpy as np
 import pytest
 import scipy.linalg
+import scipy.optimize
+import scipy.special
 import scipy.stats
 import torch
 from tolerances import interface_bound, relative_bound, within
 
-from pit.analysis.diagnostics import diagnose, summary
+from pit.analysis.context_free import fit_context_free
+from pit.analysis.diagnostics import context_free, diagnose, summary
 from pit.analysis.layerwise import layerwise_consistency, lens_metrics
 from pit.commands import main
 from pit.core import linalg
 from pit.core.interfaces import InterfaceConfig, PITTying
 from pit.core.metrics import anchor_agreement, bigram_fit, interface_metrics
-from pit.data.reader import TokenFile
+from pit.data.reader import TokenFile, token_counts, unigram_entropy
 from pit.errors import PitError
 from pit.models import build_model
+from pit.models.access import head_bias, interface_matrices
 from pit.models.checkpoint import load_model, save_pretrained_atomic
+from pit.reporting.per_seed import diagnostics_metrics
 
 V, D = 300, 16
 
@@ -198,6 +203,90 @@ def test_mismatched_shapes_are_named():
         interface_metrics(torch.zeros(V, D), torch.zeros(D, V - 1))
 
 
+# ---- the best context-free model in span(W) (pit/analysis/context_free.py) ----------------------
+# Tolerances: everything is float64. Newton stops at ||Q^T (p - q)|| < 1e-9; near the optimum the objective is
+# within ~||g||^2 / (2 lambda_min) ~ 1e-16 of its minimum, and logsumexp over V = 300 terms rounds at ~V eps ~ 1e-13,
+# so H_span == H(q) holds to 1e-9 where it is exact. SciPy's BFGS (an independent optimiser, gtol 1e-10) reaches the
+# same minimum only to its own line-search accuracy, hence 1e-6 there.
+
+
+def zipf_like(n: int, seed: int, zeros: int = 0) -> np.ndarray:
+    """A Zipf-like distribution (exponent 1.1, shuffled) over n tokens, the last `zeros` of them never seen."""
+    rng = np.random.default_rng(seed)
+    q = rng.permutation(1 / np.arange(1, n + 1) ** 1.1)
+    q[n - zeros :] = 0
+    return q / q.sum()
+
+
+def entropy(q: np.ndarray) -> float:
+    return float(-(q[q > 0] * np.log(q[q > 0])).sum())
+
+
+def random_orthonormal(n: int, d: int, seed: int) -> torch.Tensor:
+    return torch.from_numpy(scipy.stats.ortho_group.rvs(n, random_state=seed)[:, :d].copy())
+
+
+def np_objective(u, W, q, b):
+    """logsumexp(W u + b) - q^T (W u + b) and its gradient W^T (p - q), written out in NumPy."""
+    z = W @ u + b
+    lse = scipy.special.logsumexp(z)
+    return lse - q @ z, W.T @ (np.exp(z - lse) - q)
+
+
+@pytest.mark.parametrize("square", ["orthonormal", "gaussian"])
+def test_context_free_full_rank_reaches_the_unigram_entropy(square):
+    n = 64  # d = V: every log q is in span(W), so H_span = H(q)
+    g = torch.Generator().manual_seed(0)
+    W = random_orthonormal(n, n, 0) if square == "orthonormal" else torch.randn(n, n, generator=g).double() * 3
+    q = zipf_like(n, 1)
+    fit = fit_context_free(W, q)
+    assert fit.rank == n and fit.grad_norm < 1e-9 and fit.unigram_entropy == entropy(q)
+    assert fit.span_entropy == pytest.approx(entropy(q), abs=1e-9)
+    np.testing.assert_allclose(fit.probs.numpy(), q, atol=1e-9)
+    # unseen tokens: pushed towards probability 0, never reaching it (the infimum is H(q), not attained); the gap is
+    # the mass left on them, ~ sqrt(5) ||g|| <= ~2.3e-9 at the stop (8.2e-10 measured), hence 1e-8
+    zeros = fit_context_free(W, zipf_like(n, 1, zeros=5))
+    assert zeros.grad_norm < 1e-9 and zeros.span_entropy == pytest.approx(zeros.unigram_entropy, abs=1e-8)
+
+
+@pytest.mark.parametrize("case", ["orthonormal", "anisotropic_bias", "rank_deficient"])
+def test_context_free_in_a_subspace_matches_bfgs(case):
+    Q = random_orthonormal(V, D, 2)
+    b = np.zeros(V)
+    W = Q
+    if case == "anisotropic_bias":  # the same span, stretched, and a head bias
+        W = Q @ torch.from_numpy(np.diag(np.logspace(-1, 1, D)) @ scipy.stats.ortho_group.rvs(D, random_state=3))
+        b = np.random.default_rng(4).normal(0, 0.5, V)
+    elif case == "rank_deficient":  # 2D columns spanning D dimensions
+        W = torch.cat([Q, Q @ torch.randn(D, D, generator=torch.Generator().manual_seed(4)).double()], 1)
+    q = zipf_like(V, 5, zeros=20)
+    fit = fit_context_free(W, q, None if case != "anisotropic_bias" else torch.from_numpy(b))
+    assert fit.rank == D and fit.grad_norm < 1e-9 and fit.span_entropy >= fit.unigram_entropy == entropy(q)
+    Wn = W.numpy()
+    ref = scipy.optimize.minimize(np_objective, np.zeros(Wn.shape[1]), (Wn, q, b), jac=True, method="BFGS",
+                                  options={"gtol": 1e-10, "maxiter": 10_000})  # fmt: skip
+    assert fit.span_entropy == pytest.approx(ref.fun, abs=1e-6)
+    assert np.linalg.norm(Wn.T @ (fit.probs.numpy() - q)) < 1e-8 * max(1, np.linalg.norm(Wn, 2))  # W^T (p - q) ~ 0
+    if case == "orthonormal":
+        assert fit.span_entropy - fit.unigram_entropy > 0.1  # 16 of 300 dimensions cannot express this q
+
+
+def test_context_free_reproduces_a_q_in_its_span():
+    W = random_orthonormal(V, D, 6) * 2.0
+    for b in (np.zeros(V), np.random.default_rng(7).normal(0, 1, V)):
+        z = W.numpy() @ np.random.default_rng(8).normal(0, 4, D) + b  # log q in span(W) + b
+        q = np.exp(z - scipy.special.logsumexp(z))
+        fit = fit_context_free(W, q, torch.from_numpy(b))
+        assert fit.span_entropy == pytest.approx(entropy(q), abs=1e-9) and fit.grad_norm < 1e-9
+        # p - q ~ H^+ g: ||g|| < 1e-9 over Hessian eigenvalues down to ~min q (~1e-7 here); 6e-11 relative measured
+        np.testing.assert_allclose(fit.probs.numpy(), q, rtol=1e-6, atol=1e-12)
+
+
+def test_context_free_refuses_a_bad_q():
+    with pytest.raises(ValueError, match="non-negative"):
+        fit_context_free(random_orthonormal(V, D, 0), np.zeros(V))
+
+
 # ---- models, token files, the command line -----------------------------------------------------
 def write_token_file(path, vocab_size=V, n=3000, seed=0):
     """A synthetic val split with bigram structure: t[i+1] = t[i] + 1 or a random token."""
@@ -261,6 +350,19 @@ def test_layerwise_gpt2_applies_ln_f_once(val_file):
     )
 
 
+def test_context_free_includes_a_head_bias(val_file):
+    model = build_model("gpt2-tiny", vocab_size=V).eval()
+    with torch.no_grad():
+        model.lm_head.bias = torch.nn.Parameter(torch.randn(V, generator=torch.Generator().manual_seed(9)))
+    assert head_bias(model) is model.lm_head.bias
+    assert head_bias(build_model("scratch-tiny", InterfaceConfig(kind="pit"), vocab_size=V)) is None
+    _, W_out = interface_matrices(model, float64=True)
+    data = TokenFile(val_file)
+    got, counts = context_free(model, W_out, data), token_counts(data)
+    assert got == fit_context_free(W_out.T, counts, model.lm_head.bias.double()).as_json()
+    assert abs(got["span_entropy"] - fit_context_free(W_out.T, counts).span_entropy) > 1e-3  # the bias counted
+
+
 def test_val_file_of_another_vocabulary(tmp_path, checkpoint):
     other = write_token_file(tmp_path / "other.bin", vocab_size=500)
     with pytest.raises(PitError, match="vocabulary size 500.*vocabulary size 300"):
@@ -278,7 +380,14 @@ def test_diagnose_pit_checkpoint(checkpoint, val_file):
     assert within(d["polar"]["procrustes_error"], factors)
     assert d["direct_path"]["bigram"]["tokens"] == 3000 and len(d["layerwise"]) == 3
     assert d["val"]["positions"] == 8 and d["val"]["seq_len"] == 16
-    assert "Delta_TI" in summary(d) and len(summary(d).splitlines()) == 6 + 2 + 3
+    assert "Delta_TI" in summary(d) and len(summary(d).splitlines()) == 6 + 2 + 3 + 1
+    # the best context-free model: H(q) of the whole val file (the per-seed unigram_entropy), H_span of span(Z T)
+    cf = d["context_free"]
+    assert set(cf) == {"unigram_entropy", "span_entropy", "rank", "iterations", "grad_norm"}
+    assert cf["unigram_entropy"] == unigram_entropy(TokenFile(val_file)) and cf["rank"] == 64
+    assert cf["span_entropy"] >= cf["unigram_entropy"] - 1e-9 and cf["grad_norm"] < 1e-9
+    assert diagnostics_metrics(d)["span_entropy"] == cf["span_entropy"]
+    assert np.isnan(diagnostics_metrics({k: v for k, v in d.items() if k != "context_free"})["span_entropy"])
     # one forward pass serves both: the same numbers as each function on its own
     model, data = load_model(checkpoint), TokenFile(val_file)
     assert d["layerwise"] == layerwise_consistency(model, data, positions=8, seed=0, seq_len=16)
@@ -319,6 +428,7 @@ def test_cli_json_and_out(checkpoint, val_file, tmp_path, capsys):
         "val",
         "layerwise",
         "lens",
+        "context_free",
     }
     assert set(d["raw"]) == set(d["polar"]) == {"cosine_distance", "procrustes_error", "principal_angle"}
     assert json.loads(out.read_text()) == d

@@ -166,6 +166,91 @@ def test_tables_put_paper_columns_beside_ours_and_carry_their_notes(tmp_path):
     assert json.loads((tmp_path / "table1.json").read_text())["notes"][0].startswith("first_loss = ")
 
 
+def test_table4_counts_its_zero_scores_instead_of_saying_every_one_is_0(tmp_path):
+    """The old note said 'every score above is 0' whatever the scores were (the committed study has six SVAMP
+    scores of 5%). The note is computed from the table's own score columns: 'every' only when every one is 0."""
+    import pandas as pd
+
+    from pit.reporting.tables import write_table
+
+    df = pd.DataFrame({"mode": ["teacher"] * 2, "slot": ["256m"] * 2, "method": ["TT", "PIT"], "seed": [0, 0],
+                       "mbpp": [0.0, 0.0], "paper_mbpp": [1.0, 2.0], "problems_mbpp": [20, 20],
+                       "svamp": [5.0, 0.0], "problems_svamp": [20, 20]})  # fmt: skip
+    write_table(df, tmp_path / "table4_scores", "table4_scores", "test")
+    md = (tmp_path / "table4_scores.md").read_text()
+    assert "3 of 4 scores above are 0; not 0: svamp 1 of 2." in md and "every score above is 0" not in md.lower()
+    write_table(df.assign(svamp=0.0), tmp_path / "zero", "table4_scores", "test")
+    assert "Every score above is 0 (4 scores)." in (tmp_path / "zero.md").read_text()
+
+
+def test_table1_notes_state_no_fact_of_a_particular_run():
+    """Table 1's notes are the same for every run, so they describe how to read it and point to where a fact is
+    measured: not 'the TT loss rises early, and the untied arm the same way' (the committed study's TT shows no rise
+    above its noise in any seed) nor a starting loss."""
+    from pit.reporting.tables import table_notes
+
+    notes = " ".join(table_notes("table1", seeded=True))
+    assert "rises the same way" not in notes and "starts far above" not in notes
+    assert "the claims table's early-rise row (`early_rise_excess`, `untied_*`, `control_*`)" in notes
+
+
+def drift_runs(root: Path) -> None:
+    """Run folders whose PIT runs are not all at round-off: one finished PIT run at 2e-6, one at a high rate that
+    finished at 4.5 without diverging, one diverged at 1e20; TT at 500."""
+    for slot, arm, deltas, summary in (("303m", "pit", [1e-7, 2e-6], {}), ("303m-lr5e-2", "pit", [1e-3, 4.5], {}),
+                                       ("303m-lr1", "pit", [1e3, 1e20, float("nan")], {"diverged": "stuck"}),
+                                       ("303m", "tt", [100.0, 500.0], {})):  # fmt: skip
+        run = root / "scratch" / slot / arm / "seed0"
+        run.mkdir(parents=True)
+        rows = [{"step": 50 * i, "delta_ti": d} for i, d in enumerate(deltas)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (run / "summary.json").write_text(json.dumps(summary))
+
+
+def test_the_drift_figure_says_how_far_pit_drifted_instead_of_round_off(tmp_path):
+    """The old title and caption said 'PIT stays at round-off' of every run; in the committed study PIT's Delta_TI
+    reached 4.5 at a rate where it did not diverge and 1e22 where it did. The title gives the largest Delta_TI of
+    the PIT runs, apart for the diverged ones, and the caption points to it."""
+    import matplotlib.pyplot as plt
+
+    from pit.reporting.figures import drift_figure
+
+    drift_runs(tmp_path)
+    fig = drift_figure(tmp_path, "test")
+    title = fig._suptitle.get_text()
+    plt.close(fig)
+    assert "round-off" not in title
+    assert "largest Delta_TI of a PIT run: 4.5 (2 runs that did not diverge), 1e+20 (1 run that diverged)" in title
+    caption = (Path(__file__).resolve().parents[1] / "workflow/report/drift.rst").read_text()
+    assert "round-off" not in caption and "the title gives the largest Delta_TI of the PIT runs" in caption
+
+
+def test_captions_leave_facts_of_the_run_to_the_computed_titles(tmp_path):
+    """A caption is one text for every run: the loss curves' caption says when an arm gets its own axis (the title
+    names it, `outlier_arms` decides), not that teacher-mode PIT always does (the committed study's Figure 4 has no
+    broken axis); the teacher-gap caption names both references its figure draws."""
+    import math
+
+    import matplotlib.pyplot as plt
+
+    from pit.reporting.figures import loss_curves_figure
+
+    for arm, start in (("pit", 8.0), ("tt", 4.3)):  # PIT starts near ln V and comes down among the others
+        run = tmp_path / "runs" / "teacher" / "256m" / arm / "seed0"
+        run.mkdir(parents=True)
+        rows = [{"step": s, "tokens": 64 * (s + 1), "loss": 4.0 + (start - 4.0) * math.exp(-s / 5)} for s in range(40)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (run / "summary.json").write_text("{}")
+        (run / "run.json").write_text(json.dumps({"tags": {"mode": "teacher", "slot": "256m"}, "params": {}}))
+    fig = loss_curves_figure(tmp_path / "runs", "teacher", "test")
+    assert "far above the others" not in fig._suptitle.get_text() and len(fig.axes) == 1  # no broken axis
+    plt.close(fig)
+    folder = Path(__file__).resolve().parents[1] / "workflow/report"
+    curves = (folder / "loss_curves.rst").read_text()
+    assert "teacher-mode PIT with the paper's init" not in curves and "the figure's title names it" in curves
+    assert "to the matched-start control" in (folder / "teacher_gap.rst").read_text()
+
+
 def test_table4_says_the_decoding_its_scores_were_made_with(tmp_path):
     """The note under Table 4 (scores) comes from the `protocol` of the score files it reads: the decoding, each
     set's stop strings and prompt template hash; files written before the protocol existed are counted."""

@@ -345,6 +345,11 @@ TABLE_READS = {
     "table2 diagnostics.json raw a list": ("table2", "diagnostics", "diagnostics/scratch/303m/pit/diagnostics.json",
                                            '{"delta_ti": 0.1, "raw": [], "polar": {}}',
                                            ": raw [] is an array; expected an object"),
+    "table2 diagnostics.json context_free a list": ("table2", "diagnostics",
+                                                    "diagnostics/scratch/303m/pit/diagnostics.json",
+                                                    json.dumps({"delta_ti": 0.1, "raw": ANCHORS, "polar": ANCHORS,
+                                                                "context_free": []}),
+                                                    ": context_free [] is an array; expected an object or null"),
     "stability summary.json not JSON": ("stability", "", "pretrain/scratch/303m/pit/summary.json", "{",
                                         " is not valid JSON"),  # was skipped: a table without that run
 }  # fmt: skip

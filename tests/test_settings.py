@@ -285,23 +285,38 @@ def test_arm_order_kind_and_runs_of_a_profile():
     p = Profile(config)
     assert p.problems() == []
     runs = p.pretrain_runs()
-    # teacher: pit, tt, tt-matched x 8 + four secondary arms x 3; scratch 303m: pit, tt x 8 + three secondary x 3;
-    # the sweep: six rates x (pit, tt x 7 + pit-lrt x 3), its `arms` leaving out untied and pit-z
-    assert len(runs) == len(set(runs)) == 36 + 25 + 6 * 17 and all(run[3] in p.seeds for run in runs)
-    assert {r[2] for r in runs if r[1] == "303m-lr1"} == {"pit", "tt", "pit-lrt"}
+    # teacher (its slot's `arms`: no untied there): pit, tt, tt-matched x 10 + tt-norewarm x 3; scratch 303m: pit, tt,
+    # untied x 10 + pit-z x 3; the sweep: three rates x pit, tt x 10, its `arms` leaving out untied and pit-z
+    assert len(runs) == len(set(runs)) == 33 + 33 + 3 * 20 and all(run[3] in p.seeds for run in runs)
+    assert {r[2] for r in runs if r[1] == "303m-lr2e-1"} == {"pit", "tt"}
+    assert not [r for r in runs if r[0] == "teacher" and r[2] == "untied"]
     assert p.arm_interface("teacher", "tt-matched")["tt_init"] == "polar"
     post = p.posttrain_runs()
     assert {run[2] for run in post} == set(p.post_arms) and not any(p.sweep_of(run) for run in post)
     config["pretrain"]["scratch_arms"]["tt-bad"] = {"t_init": "head"}
-    config["pretrain"]["scratch_slots"]["303m-lr1"]["arms"] = ["pit", "nope"]
-    config["claims"]["matched_control"] = "pit-head"
+    config["pretrain"]["scratch_slots"]["303m-lr2e-1"]["arms"] = ["pit", "nope"]
+    config["claims"]["matched_control"] = "pit-z"
     assert Profile(config).problems() == [
         (["pretrain", "scratch_arms", "tt-bad"],
          "['t_init']: interface settings are for PIT arms, tt_init for TT arms; a tt arm takes ['train', 'seeds', "
          "'tt_init']"),
-        (["claims", "matched_control"], "'pit-head': expected a TT arm of teacher mode"),
-        (["pretrain", "scratch_slots", "303m-lr1", "arms"], "['nope']: not an arm of scratch mode "
-         "(['pit', 'pit-z', 'pit-lrt', 'tt', 'tt-bad', 'untied'])"),
+        (["claims", "matched_control"], "'pit-z': expected a TT arm of teacher mode"),
+        (["pretrain", "scratch_slots", "303m-lr2e-1", "arms"], "['nope']: not an arm of scratch mode "
+         "(['pit', 'pit-z', 'tt', 'tt-bad', 'untied'])"),
+    ]  # fmt: skip
+
+
+def test_a_deciding_matched_control_has_the_primary_arms_seeds_and_its_lora():
+    """The matched control decides teacher-mode rows, so the profile is refused where it lacks a seed of the primary
+    arm or gets no LoRA where the primary arm does (docs/study.md)."""
+    config = yaml.safe_load((ROOT / "config/study.yaml").read_text())
+    config["pretrain"]["teacher_arms"]["tt-matched"]["seeds"] = [0, 1, 2]
+    config["posttrain"]["interfaces"] = ["pit", "tt"]
+    assert Profile(config).problems() == [
+        (["pretrain", "teacher_arms", "tt-matched", "seeds"], "'tt-matched' lacks seeds ['3', '4', '5', '6', '7', "
+         "'8', '9'] of the primary arm 'pit' in slot '256m' (a deciding control)"),
+        (["posttrain", "interfaces"], "['pit', 'tt']: the matched control 'tt-matched' must get LoRA where the primary "
+         "arm 'pit' does"),
     ]  # fmt: skip
 
 
@@ -338,19 +353,19 @@ def test_a_teacher_slot_can_bring_its_own_tokenizer():
     """Two teachers of different families in one profile: a slot's `tokenizer` picks its token files for its runs,
     its stand-in's, its diagnoses and its LoRA's side effects; the other slots keep pretrain.tokenizer.teacher."""
     config = yaml.safe_load((ROOT / "config/study.yaml").read_text())
-    config["tokenizers"]["other"] = dict(config["tokenizers"]["bpe4k"])
+    config["tokenizers"]["other"] = dict(config["tokenizers"]["bpe1k"])
     config["pretrain"]["teacher_slots"]["590m"] = {"stand_in": "gpt2-tiny-l", "tokenizer": "other"}
     p = Profile(config)
     assert p.problems() == []
     assert p.run_inputs("teacher", "590m")["train"] == "results/data/other/tests/train.bin"
-    assert p.run_inputs("teacher", "256m")["train"] == "results/data/bpe4k/tests/train.bin"
+    assert p.run_inputs("teacher", "256m")["train"] == "results/data/bpe1k/tests/train.bin"
     assert p.run_inputs("stand_in", "590m")["tokenizer"] == "results/tokenizers/other"
     assert p.val_tokens("teacher", "590m") == "results/data/other/tests/val.bin" == p.val_tokens("teacher", "590m")
-    assert p.val_tokens("scratch", "303m") == "results/data/bpe4k/val.bin"
+    assert p.val_tokens("scratch", "303m") == "results/data/bpe1k/val.bin"
     assert {"results/data/other/tests/val.bin", "results/data/other/lib/train.bin"} <= set(p.token_files())
     config["pretrain"]["teacher_slots"]["590m"]["tokenizer"] = "nope"
     assert Profile(config).problems() == [
-        (["pretrain", "teacher_slots", "590m", "tokenizer"], "'nope': not one of ['bpe4k', 'other']")
+        (["pretrain", "teacher_slots", "590m", "tokenizer"], "'nope': not one of ['bpe1k', 'other']")
     ]
 
 

@@ -71,20 +71,18 @@ def runs(config: dict) -> list[tuple[str, str, str, int]]:
 
 def test_study_runs_every_arm_and_mode_once_per_seed(study, dry_run):
     per_mode, every = arms(study), runs(study)
-    teacher = {"pit", "tt", "tt-matched", "pit-head", "pit-alg1", "tt-norewarm", "untied"}
-    assert teacher <= set(per_mode["teacher"]) and {"pit", "pit-z", "pit-lrt", "tt", "untied"} <= set(
-        per_mode["scratch"]
-    )
+    teacher = {"pit", "tt", "tt-matched", "tt-norewarm"}
+    assert teacher <= set(per_mode["teacher"]) and {"pit", "pit-z", "tt", "untied"} <= set(per_mode["scratch"])
     assert all(len({k for m, s, a, k in every if (m, s, a) == run[:3]}) >= 3 for run in every)  # >= 3 seeds each
     sweep = {s for s, e in study["pretrain"]["scratch_slots"].items() if e.get("sweep_of")}
     seeds = {run[:3]: len({k for m, s, a, k in every if (m, s, a) == run[:3]}) for run in every}
-    primary = [(m, s, a) for (m, s, a) in seeds if a in ("pit", "tt", "tt-matched")]
-    assert all(seeds[r] >= (7 if r[1] in sweep else 8) for r in primary)  # the power of the primary tests
+    primary = [(m, s, a) for (m, s, a) in seeds if a in ("pit", "tt", "tt-matched") or (m, a) == ("scratch", "untied")]
+    assert all(seeds[r] >= 10 for r in primary)  # the power of the primary tests and the deciding controls
     assert study["claims"]["matched_control"] == "tt-matched" and study["claims"]["primary"] == {
         "teacher": "pit", "scratch": "pit"}  # fmt: skip
     lrs = [study["pretrain"]["train"]["lr"], *(study["pretrain"]["scratch_slots"][s]["train"]["lr"] for s in sweep)]
-    assert len(lrs) >= 7 and max(lrs) / min(lrs) >= 100  # the stability sweep, three rates inside (3e-2, 3e-1)
-    assert len([lr for lr in lrs if 3e-2 < lr < 3e-1]) >= 3
+    assert len(lrs) >= 4 and max(lrs) / min(lrs) >= 50  # the stability sweep: the base rate and three above it
+    assert study["tokenizers"]["bpe1k"]["vocab_size"] == 1024  # the interface ~15% of the parameters (docs/study.md)
     diagnosed = [r for r in every if r[1] not in sweep]
     post = [r for r in diagnosed if r[2] in study["posttrain"]["interfaces"]]
     counts = job_counts(dry_run)
@@ -111,26 +109,24 @@ def test_a_seed_sets_the_runs_seed_name_data_and_settings(study, dry_run):
     by_name = {s["run_name"]: s for s in trained}
     assert by_name["scratch-303m-pit-z-s1"]["interface"] == {**by_name["scratch-303m-pit-s1"]["interface"],
                                                              "trainable_z": True}  # fmt: skip
-    assert by_name["teacher-256m-pit-head-s2"]["interface"]["t_init"] == "power"
-    assert by_name["teacher-256m-pit-alg1-s0"]["interface"]["t_init"] == "inverse_h"
-    assert by_name["scratch-303m-lr2e-1-pit-lrt-s0"]["transform_lr_scale"] == 0.1
-    assert by_name["teacher-256m-tt-matched-s7"]["interface"]["tt_init"] == "polar"
+    assert by_name["teacher-256m-tt-matched-s9"]["interface"]["tt_init"] == "polar"
     assert by_name["teacher-256m-pit-s0"]["decay_steps"] < by_name["teacher-256m-pit-s0"]["max_steps"]
     control = by_name["teacher-256m-tt-norewarm-s0"]
     assert control["interface"]["kind"] == "tt" and control["lr"] == control["min_lr"] and control["warmup_steps"] == 0
-    assert by_name["teacher-256m-tt-s0"]["train_data"] == "results/data/bpe4k/tests/train.bin"
-    assert by_name["scratch-303m-tt-s0"]["train_data"] == "results/data/bpe4k/train.bin"
+    assert by_name["teacher-256m-tt-s0"]["train_data"] == "results/data/bpe1k/tests/train.bin"
+    assert by_name["scratch-303m-tt-s0"]["train_data"] == "results/data/bpe1k/train.bin"
     stand_in = next(yaml.safe_load(s) for s in specs if '"stand-in-teacher-256m"' in s)
-    assert stand_in["train_data"] == "results/data/bpe4k/lib/train.bin"
-    sweep, main = by_name["scratch-303m-lr1-tt-s2"], by_name["scratch-303m-tt-s2"]
-    assert sweep["tags"]["sweep_of"] == "303m" and sweep["lr"] == 1.0
+    assert stand_in["train_data"] == "results/data/bpe1k/lib/train.bin"
+    sweep, main = by_name["scratch-303m-lr2e-1-tt-s2"], by_name["scratch-303m-tt-s2"]
+    assert sweep["tags"]["sweep_of"] == "303m" and sweep["lr"] == 0.2
     varied = ("lr", "min_lr", "allow_divergence", "stop_after_nonfinite", "run_name", "tags")  # a diverged run is
     assert sweep["allow_divergence"] is True and "allow_divergence" not in main  # recorded, and stops when stuck
     assert sweep["stop_after_nonfinite"] == 20
     assert {k: v for k, v in sweep.items() if k not in varied} == {k: v for k, v in main.items() if k not in varied}
     lora = by_name["lora-mbpp-teacher-256m-tt-s3"]
     assert lora["frontier_lrs"] == study["posttrain"]["frontier_lrs"] and lora["val_data"].endswith("tests/val.bin")
-    assert "teacher-256m-pit-s7" in by_name and "teacher-256m-pit-head-s3" not in by_name  # pit-head: 3 seeds
+    assert "teacher-256m-pit-s9" in by_name and "teacher-256m-tt-norewarm-s3" not in by_name  # its 3 seeds
+    assert "lora-mbpp-teacher-256m-tt-matched-s9" in by_name  # the matched control gets LoRA at every seed
 
 
 def test_profiles_without_seeds_keep_their_paths(tmp_path):
@@ -224,7 +220,7 @@ def test_gpu_check_runs_the_study_at_the_seeds_it_is_given_and_the_real_teacher_
     assert all((unpacked / f).read_bytes() == (tmp_path / "teacher" / f).read_bytes() for f in files)
     real = (tmp_path / "out/real.log").read_text()
     counts = job_counts(real)
-    assert (counts["pretrain"], counts["diagnose"], counts["lora"]) == (17, 17, 9)
+    assert (counts["pretrain"], counts["diagnose"], counts["lora"]) == (17, 17, 15)  # LoRA: pit, tt, tt-matched
     assert "materialize_teacher" not in counts  # the unpacked folder is the slot's teacher
     specs = [yaml.safe_load(s) for s in re.findall(r"--spec '(\{.*?\})'", real) if '"run_name"' in s]
     runs = {s["run_name"]: s for s in specs if s["run_name"].startswith("teacher-")}  # the pretraining runs

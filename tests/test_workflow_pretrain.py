@@ -164,7 +164,8 @@ def test_job_logs_hold_plain_lines_and_no_carriage_return(pipeline):
     assert len(logs) > 30 and {p.parent.name for p in logs} >= {"pretrain", "diagnostics", "posttrain", "report"}
     assert [str(p.relative_to(pipeline)) for p in logs if b"\r" in p.read_bytes()] == []
     diagnosis = (pipeline / "results/logs/diagnostics").glob("*.log")
-    assert all("pit diagnose: [3/3] layerwise consistency and logit lens" in p.read_text() for p in diagnosis)
+    phases = ("pit diagnose: [3/4] layerwise consistency and logit lens", "pit diagnose: [4/4] best context-free model")
+    assert all(all(phase in p.read_text() for phase in phases) for p in diagnosis)
 
 
 def test_diagnostics_separate_pit_from_tt(pipeline):

@@ -1,13 +1,16 @@
 """`pit diagnose`: the interface diagnostics of one checkpoint (paper Sections 3 and 5.5, Table 2, Figure 2),
 all in float64: Delta_TI, raw and polar anchor agreement and the direct path (pit/core/metrics.py), the
 direct path against bigram statistics, layerwise consistency and the logit lens's KL / cross-entropy in bits
-(pit/analysis/layerwise.py) on held-out tokens. Formulas and conventions: docs/diagnostics.md.
+(pit/analysis/layerwise.py) on held-out tokens, and the best context-free model the head can express
+(pit/analysis/context_free.py) on the validation file's unigram counts. Formulas and conventions:
+docs/diagnostics.md.
 """
 
 from __future__ import annotations
 
 import torch
 
+from pit.analysis.context_free import fit_context_free
 from pit.analysis.layerwise import (
     check_vocab,
     last_position_states,
@@ -16,8 +19,8 @@ from pit.analysis.layerwise import (
     window_starts,
 )
 from pit.core.metrics import bigram_fit, interface_metrics
-from pit.data.reader import TokenFile
-from pit.models.access import interface_kind, interface_matrices
+from pit.data.reader import TokenFile, token_counts
+from pit.models.access import head_bias, interface_kind, interface_matrices
 from pit.models.checkpoint import load_model
 from pit.progress import Steps
 
@@ -38,7 +41,7 @@ def diagnose(
     data = None if val_data is None else TokenFile(val_data)
     if data is not None:
         data.check_checkpoint(checkpoint)  # before the model loads
-    steps = Steps("pit diagnose", total=1 if data is None else 3, unit="phase")  # after the load: bad input is 1 line
+    steps = Steps("pit diagnose", total=1 if data is None else 4, unit="phase")  # after the load: bad input is 1 line
     model = load_model(checkpoint, device=device)
     E, W_out = interface_matrices(model, float64=True)
     steps.line(f"interface metrics of the {E.shape[0]} x {E.shape[1]} tables (float64)", 1)
@@ -56,6 +59,7 @@ def diagnose(
         "val": None,
         "layerwise": None,
         "lens": None,
+        "context_free": None,
     }
     if data is not None:
         check_vocab(model, data)
@@ -66,6 +70,8 @@ def diagnose(
         shared = {"batches": batches, "matrices": (E, W_out)}
         out["layerwise"] = layerwise_consistency(model, data, positions, seed, seq_len, **shared)
         out["lens"] = lens_metrics(model, data, positions, seed, seq_len, **shared)
+        steps.line(f"best context-free model in span(W_out^T) on the unigram counts of {len(data)} tokens", 1)
+        out["context_free"] = context_free(model, W_out, data)
         seq_len = min(seq_len, model.config.max_position_embeddings)
         out["val"] = {
             "path": str(val_data),
@@ -75,6 +81,14 @@ def diagnose(
             "bigram_tokens": min(bigram_tokens, len(data)),
         }
     return out
+
+
+def context_free(model, W_out: torch.Tensor, data: TokenFile) -> dict:
+    """diagnostics.json's `context_free`: H(q) of the whole validation file's token counts (the counts, and so the
+    number, of pit.data.reader.unigram_entropy) and H_span of the model's output matrix W = W_out^T (V x d) with its
+    head bias, if any (pit/analysis/context_free.py)."""
+    counts = token_counts(data, minlength=W_out.shape[1])  # ids below the file's vocab_size <= the model's V
+    return fit_context_free(W_out.T, counts, head_bias(model)).as_json()
 
 
 def summary(d: dict) -> str:
@@ -110,4 +124,9 @@ def summary(d: dict) -> str:
                 f"   {r['out_final_agreement']:>11.3f}"
                 + ("" if lens is None else f"   {lens['kl_bits'][i]:>7.3f}   {lens['ce_bits'][i]:>7.3f}")
             )
+    if (cf := d.get("context_free")) is not None:
+        lines.append(
+            f"  context-free: unigram H(q) = {cf['unigram_entropy']:.4f} nats, best in span(W) H_span = "
+            f"{cf['span_entropy']:.4f} (+{cf['span_entropy'] - cf['unigram_entropy']:.4f}; rank {cf['rank']})"
+        )
     return "\n".join(lines)

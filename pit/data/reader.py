@@ -164,9 +164,16 @@ class TokenFile:
         return [np.asarray(self.tokens[start:end]) for start, end in zip(starts, ends)]
 
 
+def token_counts(data: TokenFile, minlength: int | None = None) -> np.ndarray:
+    """How often each id occurs in the whole file (float64, at least `minlength` entries; default the sidecar's
+    vocab_size): the unigram counts behind `unigram_entropy` and the context-free fit of `pit diagnose`."""
+    length = data.meta["vocab_size"] if minlength is None else minlength
+    return np.bincount(np.asarray(data.tokens), minlength=length).astype(np.float64)
+
+
 def unigram_entropy(data: TokenFile) -> float:
     """H = -sum_v p(v) ln p(v) of the file's token frequencies (nats/token): the loss of the best model that ignores
     context, so a language model has learned something once its validation loss is well below it."""
-    counts = np.bincount(np.asarray(data.tokens), minlength=data.meta["vocab_size"]).astype(np.float64)
+    counts = token_counts(data)
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log(p)).sum())

@@ -44,6 +44,15 @@ def interface_matrices(model, float64: bool = False) -> tuple[torch.Tensor, torc
     return (E.detach().double(), W_out.detach().double()) if float64 else (E, W_out)
 
 
+def head_bias(model) -> torch.Tensor | None:
+    """The head's logit bias b (V,; logits = h W_out + b), or None: the project's interfaces have none, and neither
+    have the heads conversion accepts; a plain `transformers` model's lm_head may (an nn.Linear with a bias)."""
+    if hasattr(model, "interface"):
+        return None
+    head = model.get_output_embeddings()
+    return getattr(head, "bias", None)
+
+
 def head_table(model) -> torch.Tensor:
     """The V x d table of the head (PIT Z, TT E, untied W_out^T, a plain GPT-2's lm_head)."""
     iface = interface_of(model)

@@ -119,6 +119,8 @@ class Profile:
         matched = design.get("matched_control")
         if matched and (matched not in self.mode_arms.get("teacher", []) or arm_kind(matched) != "tt"):
             found.append((["claims", "matched_control"], f"{matched!r}: expected a TT arm of teacher mode"))
+        elif matched:
+            found += self._matched_problems(matched, (design.get("primary") or {}).get("teacher", "pit"))
         decision = self.config.get("decision") or {}
         if decision and decision["slot"] not in self.teacher_slots:
             found.append((["decision", "slot"], f"{decision['slot']!r}: not a teacher slot ({self.teacher_slots})"))
@@ -130,6 +132,22 @@ class Profile:
         if unknown:
             why = f"not a pretraining arm of this profile (expected some of {self.arms})"
             found.append((["posttrain", "interfaces"], f"{unknown}: {why}"))
+        return found
+
+    def _matched_problems(self, matched: str, primary: str) -> list[tuple[list, str]]:
+        """The matched control decides teacher-mode rows (docs/study.md), so it needs every seed of the primary arm
+        in every teacher slot, and LoRA wherever the primary arm gets LoRA in teacher mode."""
+        found = []
+        for slot in self.teacher_slots if primary in self.mode_arms.get("teacher", []) else []:
+            missing = sorted(
+                set(self.run_seeds("teacher", slot, primary)) - set(self.run_seeds("teacher", slot, matched))
+            )
+            if missing:
+                why = f"lacks seeds {missing} of the primary arm {primary!r} in slot {slot!r} (a deciding control)"
+                found.append((["pretrain", "teacher_arms", matched, "seeds"], f"{matched!r} {why}"))
+        if "teacher" in self.post_modes and primary in self.post_arms and matched not in self.post_arms:
+            why = f"the matched control {matched!r} must get LoRA where the primary arm {primary!r} does"
+            found.append((["posttrain", "interfaces"], f"{self.post_arms}: {why}"))
         return found
 
     def _seed_and_slot_problems(self) -> list[tuple[list, str]]:

@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from pit.errors import PitError
-from pit.reporting.stats import fisher_p, holm, min_detectable, sign_flip, smallest_p, t_interval
+from pit.reporting.stats import fisher_p, holm, min_detectable, sign_flip, t_interval
 from pit.reporting.tables import method_order, slot_key
 
 GROUPS = ("interface", "training", "stability", "layerwise", "side_effects", "posttrain")
@@ -103,11 +103,10 @@ class Claim:
     construction_both), whether the untied control can make it `not specific to PIT` (`control`), which slots it reads
     (`scope`: main = the slots that are not sweeps; sweep = a learning-rate sweep group, one `group` row of `measure`
     and one row per rate; group = only the group row), `role` (primary: the claim's metric; secondary: another
-    metric of the same claim, exploratory), the primary reference (`ref`: tt, or `matched` for the teacher-mode
-    control), `pool` (the primary cell is the mean over LoRA tasks), `resolution` (a score: tested only where one
-    problem is smaller than the paper's effect), `binary` (per-rate rows by Fisher's exact test), `measure` (the
-    group row's per-seed measure: count | sum | range), and `readings`: sentences that explain a verdict (never a
-    number)."""
+    metric of the same claim, exploratory), `pool` (the primary cell is the mean over LoRA tasks), `resolution` (a
+    score: tested only where one problem is smaller than the paper's effect), `binary` (per-rate rows by Fisher's
+    exact test), `measure` (the group row's per-seed measure: count | sum | range), and `readings`: sentences that
+    explain a verdict (never a number)."""
 
     id: str
     group: str
@@ -125,7 +124,6 @@ class Claim:
     premise: str = ""  # a claim whose premise is an effect in TT: the TT values must show it
     degenerate_rule: bool = True  # False where not learning is the outcome measured (losses, divergence)
     role: str = "primary"
-    ref: str = "tt"
     pool: bool = False
     resolution: bool = False
     binary: bool = False
@@ -150,7 +148,7 @@ _SCORE = {"not testable": "a score on these sets moves in steps larger than the 
 CLAIMS = [
     Claim("interface_max_delta_ti", "interface", "Pseudo-inverse consistency: Delta_TI", *_CONSISTENT,
           "max Delta_TI", "max over logged steps of ||W_out E - I||_F (metrics.jsonl)", "max_delta_ti", _BOTH, -1,
-          "construction", readings={"holds by construction": "W_out E = I is PIT's definition (FP32 rounding ~1e-6); "
+          "construction", readings={"holds by construction": "W_out E = I is PIT's definition (up to FP32 rounding); "
           "TT is not built to satisfy it, so this confirms the implementation, not a hypothesis"}),
     Claim("interface_raw_cosine", "interface", "Consistent anchors, raw reading (Eqs. 1-2)", *_CONSISTENT,
           "raw cosine distance", "Table 2 cosine distance of the raw anchors B_in = E, B_out = pinv(W_out) at the end "
@@ -173,7 +171,7 @@ CLAIMS = [
           "PIT performs more stable than TT, and obtained lower loss", "Figure 4 caption; Section 5.4", "val loss",
           "validation loss at the end of continued pretraining (summary.json); primary reference: the matched-start "
           "TT control, so that the test is of PIT's training, not of its conversion", "val_loss", ("teacher",), -1,
-          degenerate_rule=False, ref="matched"),
+          degenerate_rule=False),
     Claim("scratch_val_loss", "training", "Scratch mode: TT keeps a lower loss (Fig. 3)",
           "TT keep a lower level of loss in the whole process", "Figure 3 caption; Section 5.4", "val loss",
           "validation loss at the end of pretraining (summary.json)", "val_loss", ("scratch",), 1,
@@ -321,7 +319,9 @@ class Cell:
 
 
 def primary_ref(claim: Claim, mode: str, design: Design) -> str:
-    return design.matched if claim.ref == "matched" and mode == "teacher" and design.matched else "tt"
+    """The primary reference: in teacher mode the declared matched-start control (PIT's training from the same
+    function), wherever one is declared; TT otherwise."""
+    return design.matched if mode == "teacher" and design.matched else "tt"
 
 
 def _arms(index: Index, mode: str, slot: str, lora: str, key: str) -> list[str]:
@@ -421,28 +421,33 @@ def _pooled(per_task: list[dict]) -> dict:
 
 
 def group_values(claim: Claim, index: Index, cell: Cell) -> tuple[dict, dict, int, str]:
-    """Per seed the arm ran, over the group's learning rates at which both arms ran: count = diverged rates; sum =
-    spikes over the rates where both are defined; range = max - min of the validation loss over the rates where both
-    are finite (at least two). NaN for a seed where the measure is undefined (dropped)."""
+    """Per seed at which both arms ran every learning rate of the group (a seed missing a rate is dropped: a count
+    over fewer rates is not the same measure): count = diverged rates; sum = spikes over the rates where both are
+    defined; range = max - min of the validation loss over the rates where both are finite (at least two). NaN for a
+    seed where the measure is undefined (dropped)."""
     slots = index.group_slots(cell.mode, cell.slot)
     ran = {s: index.runs(cell.mode, s, "", "diverged") for s in slots}
     arms = (cell.arm, cell.ref)
     vals = {s: {arm: outcome_values(claim, index, cell.mode, s, "", arm) for arm in arms} for s in slots}
-    a, r, left_out = {}, {}, 0
+    a, r, left_out, partial = {}, {}, 0, 0
     for seed in sorted(set().union(*(set(ran[s].get(cell.arm, {})) for s in slots))):
         rates = [s for s in slots if seed in ran[s].get(cell.arm, {}) and seed in ran[s].get(cell.ref, {})]
+        if len(rates) < len(slots):
+            a[seed], r[seed], partial = math.nan, math.nan, partial + 1
+            continue
         pairs = [(vals[s].get(cell.arm, {}).get(seed, math.nan), vals[s].get(cell.ref, {}).get(seed, math.nan))
                  for s in rates]  # fmt: skip
         usable = [(x, y) for x, y in pairs if math.isfinite(x) and math.isfinite(y)]
         left_out += len(pairs) - len(usable)
-        if not rates or (claim.measure == "range" and len(usable) < 2) or (claim.measure != "count" and not usable):
+        if (claim.measure == "range" and len(usable) < 2) or (claim.measure != "count" and not usable):
             a[seed], r[seed] = math.nan, math.nan
             continue
         xs, ys = np.array(usable).T
         a[seed], r[seed] = {"count": (xs.sum(), ys.sum()), "sum": (xs.sum(), ys.sum()),
                             "range": (np.ptp(xs), np.ptp(ys))}[claim.measure]  # fmt: skip
-    note = f"{left_out} (seed, rate) pairs left out: a run diverged or the measure is undefined" if left_out else ""
-    return a, r, sum(not math.isfinite(v) for v in a.values()), note
+    notes = [f"{left_out} (seed, rate) pairs left out: a run diverged or the measure is undefined" if left_out else "",
+             f"{partial} seeds without every rate of the group left out" if partial else ""]  # fmt: skip
+    return a, r, sum(not math.isfinite(v) for v in a.values()), "; ".join(x for x in notes if x)
 
 
 def run_slope(index: Index, cell: Cell, arm: str, seed: int) -> float:
@@ -475,19 +480,21 @@ def slope_values(index: Index, cell: Cell) -> tuple[dict, dict, int, str]:
 
 # ---- one row ------------------------------------------------------------------------------------------------------
 def degenerate(claim: Claim, index: Index, mode: str, slot: str, arms: list[str]) -> str:
-    """'' or '<arm>: <why>' for the first of `arms` that learned no more than token frequencies: no finite validation
-    loss at any seed (diverged), a mean validation loss at or above the unigram entropy of its validation split or
-    at or above ln V - NEAR_UNIFORM, or (early rise) a first loss at or above ln V - NEAR_UNIFORM."""
+    """'' or '<arm>: <why>' for the first of `arms` that learned no more than its interface can express without
+    context: no finite validation loss at any seed (diverged), a mean validation loss at or above its context-free
+    bound or at or above ln V - NEAR_UNIFORM, or (early rise) a first loss at or above ln V - NEAR_UNIFORM. The bound
+    is `span_entropy` (the best unigram fit within the span of the run's output matrix, diagnostics.json; for a
+    frozen Z the span of Z), and the unigram entropy of the validation split for runs diagnosed without it."""
     for arm in arms:
         runs = index.runs(mode, slot, "", "val_loss").get(arm, {})
         val = _mean(runs)
-        entropy = _mean(index.runs(mode, slot, "", "unigram_entropy").get(arm, {}))
+        entropy, bound_name = context_free_bound(index, mode, slot, arm)
         log_v = _mean(index.runs(mode, slot, "", "log_vocab").get(arm, {}))
         first = _mean(index.runs(mode, slot, "", "first_loss").get(arm, {}))
         if runs and not finite(runs):
             return f"{arm}: no finite validation loss at any of its {len(runs)} seeds (diverged)"
         if math.isfinite(val) and math.isfinite(entropy) and val >= entropy:
-            return f"{arm}: validation loss {val:.3f} >= the unigram entropy {entropy:.3f} of its validation split"
+            return f"{arm}: validation loss {val:.3f} >= {bound_name} {entropy:.3f}"
         if math.isfinite(val) and math.isfinite(log_v) and val >= log_v - NEAR_UNIFORM:
             return f"{arm}: validation loss {val:.3f} >= ln V - {NEAR_UNIFORM} = {log_v - NEAR_UNIFORM:.3f}"
         if claim.key == "early_rise_excess" and math.isfinite(first) and first >= log_v - NEAR_UNIFORM:
@@ -496,6 +503,18 @@ def degenerate(claim: Claim, index: Index, mode: str, slot: str, arms: list[str]
                 "that starts at the uniform loss cannot rise"
             )
     return ""
+
+
+def context_free_bound(index: Index, mode: str, slot: str, arm: str) -> tuple[float, str]:
+    """(the loss of the best context-free model the arm's interface can express, its name): the mean `span_entropy`
+    where every finite run of the arm has one, else the mean unigram entropy of the validation split (which
+    span_entropy is never below)."""
+    span = index.runs(mode, slot, "", "span_entropy").get(arm, {})
+    runs = index.runs(mode, slot, "", "val_loss").get(arm, {})
+    if finite(runs) and set(finite(span)) >= set(finite(runs)):
+        return _mean(span), "its context-free bound (the unigram fit within the span of its output matrix)"
+    entropy = _mean(index.runs(mode, slot, "", "unigram_entropy").get(arm, {}))
+    return entropy, "the unigram entropy of its validation split"
 
 
 def resolution(claim: Claim, index: Index, cell: Cell) -> str:
@@ -588,23 +607,48 @@ def claim_row(claim: Claim, index: Index, cell: Cell, alpha: float) -> dict:
 
 
 # ---- controls -----------------------------------------------------------------------------------------------------
-def control_columns(claim: Claim, index: Index, cell: Cell, alpha: float) -> dict:
-    """The untied control of a consistency claim: untied - ref and arm - untied (exact sign-flip), and whether the
-    control is valid: measurably untied (mean polar cosine distance of E and W_out^T >= CONTROL_MIN_POLAR)."""
-    tmp = Cell(cell.mode, cell.slot, cell.lora, "untied", cell.ref, cell.role, cell.kind)
-    u, r, _, _ = cell_values(claim, index, tmp)
+def same_start_control(claim: Claim, cell: Cell, design: Design) -> str:
+    """The non-PIT arm that starts from the same function as the row's arm: in teacher mode the declared matched
+    control, for the primary arm's paired rows against TT (the paper's comparison, conversion included); '' else."""
+    primary = design.primary.get("teacher", PRIMARY_ARM)
+    teacher_tt = cell.mode == "teacher" and cell.ref == "tt" and cell.arm == primary and cell.kind == "paired"
+    return design.matched if teacher_tt and claim.evidence == "test" and design.matched else ""
+
+
+def control_stats(prefix: str, claim: Claim, index: Index, cell: Cell, control: str, alpha: float) -> dict:
+    """A control arm C in a row's cell: C - ref (does a non-PIT arm show the effect?) and arm - C (does PIT go beyond
+    it?), exact sign-flip; `<prefix>_decides`: C has a finite value at every seed of the row (a control with fewer
+    seeds than the row is descriptive: it is reported and never sets the verdict)."""
+    other = Cell(cell.mode, cell.slot, cell.lora, control, cell.ref, cell.role, "paired")
+    c, r, _, _ = cell_values(claim, index, other)
     a = cell_values(claim, index, cell)[0]
-    ut, pu = sign_flip(paired(u, r), alpha), sign_flip(paired(a, u), alpha)
+    ct, ac = sign_flip(paired(c, r), alpha), sign_flip(paired(a, c), alpha)
+    seeds = set(finite(a)) & set(finite(r))
+    return {f"{prefix}_n": ct.n, f"{prefix}_diff": ct.mean, f"{prefix}_ci_low": ct.low, f"{prefix}_ci_high": ct.high,
+            f"{prefix}_p": ct.p, f"arm_{prefix}_diff": ac.mean, f"arm_{prefix}_p": ac.p,
+            f"{prefix}_decides": bool(seeds) and seeds <= set(finite(c))}  # fmt: skip
+
+
+def matched_columns(claim: Claim, index: Index, cell: Cell, design: Design) -> dict:
+    """The matched-start control of a teacher-mode row PIT - TT (`same_start_control`): `matched` (its name) and
+    its `control_stats` ({} for every other row)."""
+    control = same_start_control(claim, cell, design)
+    if not control:
+        return {}
+    return {"matched": control} | control_stats("matched", claim, index, cell, control, design.alpha)
+
+
+def control_columns(claim: Claim, index: Index, cell: Cell, alpha: float) -> dict:
+    """The untied control of a consistency claim (`control_stats`), and whether it is valid: measurably untied (mean
+    polar cosine distance of E and W_out^T >= CONTROL_MIN_POLAR)."""
     polar = _mean(index.runs(cell.mode, cell.slot, "", "polar_cosine").get("untied", {}))
-    out = {"untied_n": ut.n, "untied_diff": ut.mean, "untied_ci_low": ut.low, "untied_ci_high": ut.high,
-           "untied_p": ut.p, "arm_untied_diff": pu.mean, "arm_untied_p": pu.p, "untied_polar": polar,
-           "untied_valid": math.isfinite(polar) and polar >= CONTROL_MIN_POLAR}  # fmt: skip
-    return out | arm_control_columns(claim, index, cell, alpha)
+    out = control_stats("untied", claim, index, cell, "untied", alpha)
+    return out | {"untied_polar": polar, "untied_valid": math.isfinite(polar) and polar >= CONTROL_MIN_POLAR}
 
 
 def arm_control_columns(claim: Claim, index: Index, cell: Cell, alpha: float) -> dict:
     """A claim's own control arm (CONTROL_ARMS: the early rise's no-re-warm TT) against the row's reference: `control`,
-    `control_diff` and its exact interval, where that arm ran in the cell ({} elsewhere)."""
+    `control_diff` and its exact interval, where that arm ran in the cell ({} elsewhere); descriptive."""
     control = CONTROL_ARMS.get(claim.key, "")
     runs = index.runs(cell.mode, cell.slot, cell.lora, claim.key)
     if control not in runs or cell.ref not in runs:
@@ -614,30 +658,33 @@ def arm_control_columns(claim: Claim, index: Index, cell: Cell, alpha: float) ->
 
 
 def control_verdict(claim: Claim, row: dict, alpha: float) -> tuple[str, str]:
-    """(verdict, note) of a supported row of a claim with the untied control rule (module docstring)."""
-    if not math.isfinite(row.get("untied_p", math.nan)):
-        return "supported", "no untied control measured in this cell"
-    if smallest_p(int(row["untied_n"])) > alpha:
-        return (
-            "supported",
-            f"the untied control has {int(row['untied_n'])} seeds: too few for its test to reach {alpha}",
+    """(verdict, note) of a supported row that has a control (module docstring): the matched-start control where the
+    row has one, else the untied control. `not specific to PIT` where the control decides (it has the row's seeds;
+    the untied one is also measurably untied), shows the same effect against the reference (p <= alpha, same sign),
+    and PIT does not go beyond it (PIT - control not significant in the claim's direction)."""
+    prefix = "matched" if isinstance(row.get("matched"), str) and row["matched"] else "untied"
+    name = row["matched"] if prefix == "matched" else "untied"
+    label = f"the matched-start control {name}" if prefix == "matched" else "the untied control"
+    if not math.isfinite(row.get(f"{prefix}_p", math.nan)):
+        return "supported", f"{label} is not measured in this cell"
+    if not row[f"{prefix}_decides"]:
+        return "supported", (
+            f"{label} is descriptive: it lacks seeds of this row ({int(row[f'{prefix}_n'])} paired seeds with "
+            f"{row['ref']}, the row {int(row['n'])})"
         )
-    if not row["untied_valid"]:
+    if prefix == "untied" and not row["untied_valid"]:
         return "supported", (
             f"no valid untied control here: its E and W_out^T stay nearly tied (polar cosine distance "
             f"{row['untied_polar']:.3g} < {CONTROL_MIN_POLAR})"
         )
-    same = (row["untied_diff"] > 0) == (row["diff"] > 0) and row["untied_p"] <= alpha
-    beyond = row["arm_untied_p"] <= alpha and (row["arm_untied_diff"] > 0) == (claim.direction > 0)
+    same = (row[f"{prefix}_diff"] > 0) == (row["diff"] > 0) and row[f"{prefix}_p"] <= alpha
+    beyond = row[f"arm_{prefix}_p"] <= alpha and (row[f"arm_{prefix}_diff"] > 0) == (claim.direction > 0)
+    versus = f"PIT - {name} = {row[f'arm_{prefix}_diff']:.3g} (p = {row[f'arm_{prefix}_p']:.2g})"
     if same and not beyond:
-        return (
-            f"not specific to PIT: untied - {row['ref']} = {row['untied_diff']:.3g} [{row['untied_ci_low']:.3g}, "
-            f"{row['untied_ci_high']:.3g}] shows the same effect, and PIT - untied = {row['arm_untied_diff']:.3g} "
-            f"(p = {row['arm_untied_p']:.2g})"
-        ), ""
-    return "supported", (
-        f"beyond the untied control: PIT - untied = {row['arm_untied_diff']:.3g} (p = {row['arm_untied_p']:.2g})"
-    )
+        effect = (f"{name} - {row['ref']} = {row[f'{prefix}_diff']:.3g} [{row[f'{prefix}_ci_low']:.3g}, "
+                  f"{row[f'{prefix}_ci_high']:.3g}]")  # fmt: skip
+        return f"not specific to PIT: {effect} shows the same effect, and {versus}", ""
+    return "supported", f"beyond {label}: {versus}"
 
 
 # ---- a family: Holm, verdicts, intervals at the family's level, leave-one-seed-out -------------------------------
@@ -656,7 +703,7 @@ def decide(claim: Claim, row: dict, alpha: float) -> str:
         return "inconclusive"
     if (row["diff"] > 0) != (claim.direction > 0):
         return "contradicted"
-    if claim.control:
+    if claim.control or row.get("matched"):
         verdict, note = control_verdict(claim, row, alpha)
         row["note"] = "; ".join(x for x in (row["note"], note) if x)
         return verdict
@@ -667,10 +714,12 @@ def family_rows(claim: Claim, index: Index, family: list[Cell], design: Design) 
     """The rows of one family (a claim's primary or secondary cells), Holm-adjusted and decided."""
     rows = [claim_row(claim, index, c, design.alpha) for c in family]
     for row, c in zip(rows, family):
-        if c.kind == "paired" and claim.control:
+        if c.kind != "paired":
+            continue
+        row.update(matched_columns(claim, index, c, design))
+        if claim.control:
             row.update(control_columns(claim, index, c, design.alpha))
-        elif c.kind == "paired":  # the early rise's no-re-warm control (docs/study.md promises its columns)
-            row.update(arm_control_columns(claim, index, c, design.alpha))
+        row.update(arm_control_columns(claim, index, c, design.alpha))  # the early rise's no-re-warm control
     for row in rows:
         row["tested"] = is_tested(row)
     m = sum(r["tested"] for r in rows)
@@ -742,7 +791,30 @@ def claim_rows(claim: Claim, index: Index, design: Design) -> list[dict]:
         add_family_levels(claim, index, family, rows, design)
         fragility(claim, index, family, rows, design)
         out += rows
+    settle(claim, out, design.alpha)
     return out
+
+
+UNSETTLED = ", not settled at this budget"
+
+
+def settle(claim: Claim, rows: list[dict], alpha: float) -> None:
+    """A decided loss row whose gap still closes is decided at this budget only: where the row's slope row (the
+    gap's slope over the constant-rate tail, same cell and arms) has exact p <= alpha and the sign opposite to the
+    gap, the verdict reads '<kind>, not settled at this budget: ...' (its kind unchanged)."""
+    slopes = {(r["mode"], r["slot"], r["arm"], r["ref"]): r for r in rows if r["kind"] == "slope"}
+    for row in rows:
+        slope = slopes.get((row["mode"], row["slot"], row["arm"], row["ref"]))
+        if row["kind"] != "paired" or slope is None or verdict_kind(row["verdict"]) not in DECIDED:
+            continue
+        closing = math.isfinite(slope["p"]) and slope["p"] <= alpha and (slope["diff"] > 0) != (row["diff"] > 0)
+        if closing:
+            kind = verdict_kind(row["verdict"])
+            row["verdict"] = (
+                f"{kind}{UNSETTLED}: the gap moves {slope['diff']:.3g} nats per 100 steps over the constant-rate tail "
+                f"[{slope['diff_ci_low']:.3g}, {slope['diff_ci_high']:.3g}], exact p = {slope['p']:.2g}"
+                + row["verdict"].removeprefix(kind)
+            )
 
 
 def evidence(row: dict) -> str:
@@ -760,14 +832,31 @@ def evidence(row: dict) -> str:
     return f"exact sign-flip test, {row['n']} paired seeds, {where}"
 
 
+def about(claim: Claim, row: dict, design: Design) -> str:
+    """What a row's evidence is about (docs/study.md): PIT's construction (a property true by definition), PIT's
+    training from the same function as its reference (teacher mode against the matched control), PIT's training with
+    its conversion of the teacher (teacher mode against TT), or PIT's training from scratch in its construction (a
+    frozen random Z, T = I at the start)."""
+    if claim.evidence != "test":
+        return "construction"
+    if row["mode"] == "teacher" and design.matched and row["ref"] == design.matched:
+        return "training (same start)"
+    if row["mode"] == "teacher":
+        return "training + conversion"
+    return "training from scratch (frozen random Z)" if row["arm"] == PRIMARY_ARM else "training from scratch"
+
+
 COLUMNS = [
     "claim", "group", "role", "paper", "metric", "direction", "kind", "test", "mode", "slot", "lr", "lora", "arm",
     "ref", "n",
     "dropped", "arm_mean", "arm_ci", "ref_mean", "ref_ci", "diff", "diff_ci_low", "diff_ci_high", "p", "family",
     "p_holm", "adj_ci_low", "adj_ci_high", "mde", "untied_n", "untied_diff", "untied_ci_low", "untied_ci_high",
-    "untied_p", "arm_untied_diff", "arm_untied_p", "untied_polar", "untied_valid", "control", "control_diff",
-    "control_ci_low", "control_ci_high", "evidence", "verdict", "fragile", "two_drops", "note",
+    "untied_p", "arm_untied_diff", "arm_untied_p", "untied_polar", "untied_valid", "untied_decides", "matched",
+    "matched_n", "matched_diff", "matched_ci_low", "matched_ci_high", "matched_p", "arm_matched_diff",
+    "arm_matched_p", "matched_decides", "control", "control_diff", "control_ci_low", "control_ci_high", "evidence",
+    "about", "verdict", "fragile", "two_drops", "note",
 ]  # fmt: skip
+OPTIONAL = {"control": "control", "matched": "matched"}  # column -> prefix of the columns dropped where it is empty
 
 
 def claims_from_seeds(seeds: pd.DataFrame, design: Design | None = None) -> pd.DataFrame:
@@ -777,10 +866,14 @@ def claims_from_seeds(seeds: pd.DataFrame, design: Design | None = None) -> pd.D
     rows = [r for c in CLAIMS for r in claim_rows(c, index, design)]
     for r in rows:
         r["evidence"] = evidence(r)
+        r["about"] = about(CLAIM_BY_ID[r["claim"]], r, design)
         del r["tested"]
     table = pd.DataFrame(rows).reindex(columns=COLUMNS)
-    if len(table) and not table["control"].notna().any():  # no row has an extra control (no tt-norewarm)
-        table = table.drop(columns=[c for c in table.columns if c.startswith("control_") or c == "control"])
+    for column, prefix in OPTIONAL.items():  # no row has that control (no tt-norewarm, no matched control)
+        if len(table) and not table[column].notna().any():
+            drop = [c for c in table.columns if c == column or c.startswith(f"{prefix}_") or c == f"arm_{prefix}_diff"
+                    or c == f"arm_{prefix}_p"]  # fmt: skip
+            table = table.drop(columns=drop)
     return table
 
 
@@ -851,7 +944,8 @@ def row_sentence(row) -> str:
             f"family's level ({row['family']} rows) [{_g(row['adj_ci_low'])}, {_g(row['adj_ci_high'])}]; exact p = "
             f"{row['p']:.2g}, Holm {row['p_holm']:.2g}; n = {int(row['n'])}"
         )
-        text += f", {int(row['dropped'])} seeds dropped (diverged or undefined)" if row["dropped"] else ""
+        dropped = int(row["dropped"])
+        text += f", {dropped} seed{'s' * (dropped != 1)} dropped (diverged or undefined)" if dropped else ""
     if kind == "degenerate":
         text += f"; {row['verdict']}"
     if kind == "inconclusive" and row["role"] == "primary":
@@ -868,8 +962,13 @@ def row_sentence(row) -> str:
     two = row.get("two_drops") if hasattr(row, "get") else None
     if isinstance(two, str) and two not in ("", "-"):
         text += "; survives every two-seed drop" if two == "no" else f"; not every two-seed drop ({two})"
+    if UNSETTLED in row["verdict"]:
+        text += f"; {row['verdict'].removeprefix(kind + ', ').split('; not specific')[0]}"
     if kind == "not specific to PIT":
-        text += f"; {row['verdict'].removeprefix('not specific to PIT: ')}"
+        text += f"; {row['verdict'].split('not specific to PIT: ', 1)[1]}"
+    about = row.get("about") if hasattr(row, "get") else None
+    if kind in DECIDED and isinstance(about, str) and about:
+        text += f"; evidence about PIT's {about}"
     if isinstance(row["note"], str) and row["note"] and row["test"] != "Fisher exact":
         text += f"; {row['note']}"
     return text
@@ -889,11 +988,13 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
         kinds = [verdict_kind(v) for v in prim["verdict"]]
         kind = overall(kinds) if claim.role == "primary" else "exploratory"
         fragile = any(isinstance(f, str) and f.startswith("yes") for f in prim["fragile"])
+        unsettled = any(UNSETTLED in v for v in prim["verdict"])
         sec = [verdict_kind(v) for v in rows[rows["role"] == "secondary"]["verdict"]]
         counts = ", ".join(f"{k} {sec.count(k)}" for k in KIND_ORDER if k in sec)
         reading = claim.readings.get(kind) or GENERIC_READINGS.get(kind, "")
         out.append({"group": claim.group, "claim": claim.id, "title": claim.title, "where": claim.where,
-                    "verdict": kind, "fragile": fragile, "primary": [row_sentence(r) for _, r in prim.iterrows()],
+                    "verdict": kind, "fragile": fragile, "unsettled": unsettled,
+                    "primary": [row_sentence(r) for _, r in prim.iterrows()],
                     "secondary": f"secondary rows ({len(sec)}): {counts}" if sec else "",
                     "reading": reading})  # fmt: skip
     return pd.DataFrame(out)
@@ -920,6 +1021,7 @@ def compact_markdown(table: pd.DataFrame) -> str:
         if s.loc[claim, "verdict"] == "exploratory" or rows.empty:
             continue
         verdict = s.loc[claim, "verdict"] + (" (fragile)" if s.loc[claim, "fragile"] else "")
+        verdict += " (not settled at this budget)" if s.loc[claim, "unsettled"] else ""
         for i, (_, r) in enumerate(rows.iterrows()):
             title = s.loc[claim, "title"] if i == 0 else ""
             lines.append(f"| {title} | {r['arm']} - {r['ref']} ({where_text(r)}) | {effect_text(r)} | {int(r['n'])} "
@@ -938,7 +1040,7 @@ def summary_markdown(table: pd.DataFrame) -> str:
             continue
         lines += [f"**{group.replace('_', ' ').capitalize()}**", ""]
         for r in part.itertuples(index=False):
-            tag = " (fragile)" if r.fragile else ""
+            tag = (" (fragile)" if r.fragile else "") + (" (not settled at this budget)" if r.unsettled else "")
             if r.verdict == "exploratory":
                 label, head = "secondary metric, exploratory", "The primary arm's rows"
             else:

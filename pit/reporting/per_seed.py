@@ -20,7 +20,10 @@ Metrics of a pretraining run (pretrain/<run>/summary.json, metrics.jsonl, run.js
   learning-rate sweep's group measures (diverged rates, spikes over the rates both arms ran, lr sensitivity) are made
   from these by the claims table (pit.reporting.claims), not here.
 Of a diagnosis (diagnostics/<run>/diagnostics.json): raw_cosine, polar_cosine, lens_kl_ratio, lens_ce_gap,
-  lens_mean_kl_bits, lens_mean_ce_bits, final_entropy_bits.
+  lens_mean_kl_bits, lens_mean_ce_bits, final_entropy_bits, span_entropy (H_span, nats: the cross-entropy on the
+  validation split's unigram frequencies of the best context-free model the head can express, softmax(W u + b) for
+  one u; the line a degenerate run's val_loss does not get below; NaN for a diagnosis written before it existed,
+  docs/diagnostics.md section 6).
 Of a LoRA run on task k (posttrain/<run>/<k>/): lora_kl, lora_val_loss_change, nll_before, nll_after,
   indomain_nll_change (after - before), gain (before - after), kl_per_gain, val_change_per_gain (per nat of gain;
   NaN where gain <= 0), indomain_score, transfer_nll_change and transfer_score (its out-of-domain task: HumanEval
@@ -144,6 +147,7 @@ def diagnostics_metrics(d: dict) -> dict[str, float]:
         "lens_mean_kl_bits": _f(lens.get("mean_kl_bits")),
         "lens_mean_ce_bits": _f(lens.get("mean_ce_bits")),
         "final_entropy_bits": _f(lens.get("final_entropy_bits")),
+        "span_entropy": _f((d.get("context_free") or {}).get("span_entropy")),
     }
 
 

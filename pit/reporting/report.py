@@ -9,6 +9,7 @@ full claims table.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -18,7 +19,7 @@ from pit.errors import PitError
 from pit.io import read_json
 from pit.reporting.captions import caption_name
 from pit.reporting.claims import read_claims
-from pit.reporting.tables import slot_key, table_notes  # noqa: F401  (table_notes: the notes each table carries)
+from pit.reporting.tables import method_order, slot_key, table_notes  # noqa: F401  (table_notes: the notes each table carries)
 
 REPORT_TITLE = "PIT reproduction report"  # REPORT.md's and REPORT.html's opening (pit report replaces only those)
 # the tables REPORT.md shows, in order, with their headings
@@ -61,18 +62,41 @@ def architecture(name: str) -> str:
     return f"{spec.n_layer} layers, d = {spec.n_embd}"  # GPT-2 family (TeacherSpec)
 
 
+def _millions(n: float) -> str:
+    return f"{n / 1e6:.1f}M"
+
+
 def run_facts(runs: Path | None, mode: str, slot: str) -> str:
-    """'V = 21,630, 1.2M parameters, 20,480 tokens, cpu' from the slot's first arm that ran (run.json, summary.json)."""
+    """'V = 21,630 (actual tokenizer), 1.2M parameters, 20,480 training tokens per run, device cpu x 1' from every
+    run of the slot (run.json, summary.json), never from one run standing for the others: the parameters as a range
+    where the arms differ (an untied head, PIT's T); the tokens of the longest run, and how many runs stopped before
+    it (a diverged run ends early) out of how many."""
     if runs is None:
         return ""
-    for arm in sorted([*(runs / mode / slot).glob("*/run.json"), *(runs / mode / slot).glob("*/seed*/run.json")]):
-        params = read_json(arm)["params"]
-        tokens = read_json(arm.with_name("summary.json"))["tokens"] if arm.with_name("summary.json").is_file() else 0
-        return (
-            f"V = {params['vocab_size']:,} (actual tokenizer), {params['parameters'] / 1e6:.1f}M parameters, "
-            f"{tokens:,} training tokens per arm, device {params['device']} x {params['world_size']}"
-        )
-    return ""
+    records = sorted([*(runs / mode / slot).glob("*/run.json"), *(runs / mode / slot).glob("*/seed*/run.json")])
+    if not records:
+        return ""
+    params = [read_json(f)["params"] for f in records]
+    sizes = sorted({_millions(p["parameters"]) for p in params}, key=lambda m: float(m[:-1]))
+    span = sizes[0] if len(sizes) == 1 else f"{sizes[0]} to {sizes[-1]}"
+    facts = [
+        f"V = {params[0]['vocab_size']:,} (actual tokenizer)",
+        f"{span} parameters" + " (by arm)" * (len(sizes) > 1),
+    ]
+    summaries = [read_json(f.with_name("summary.json")) for f in records if f.with_name("summary.json").is_file()]
+    if summaries:
+        longest = max(s["tokens"] for s in summaries)
+        short = [s for s in summaries if s["tokens"] < longest]
+        facts.append(f"{longest:,} training tokens per run" + (_stopped_early(short, len(summaries)) if short else ""))
+    return ", ".join([*facts, f"device {params[0]['device']} x {params[0]['world_size']}"])
+
+
+def _stopped_early(short: list[dict], n: int) -> str:
+    """' (3 of 17 runs stopped earlier: diverged)': the runs of a slot that trained fewer tokens than its longest,
+    and how many of them recorded a divergence in their summary."""
+    diverged = sum(bool(s.get("diverged") or s.get("diverged_at_step") is not None) for s in short)
+    why = {len(short): ": diverged", 0: ""}.get(diverged, f", {diverged} of them diverged")
+    return f" ({len(short)} of {n} runs stopped earlier{why})"
 
 
 def data_facts(data: Path, tokenizers: list[str]) -> tuple[list[str], dict[tuple[str, str | None], float]]:
@@ -97,19 +121,27 @@ def data_facts(data: Path, tokenizers: list[str]) -> tuple[list[str], dict[tuple
     return lines, entropy
 
 
+def final_val_losses(runs: Path, mode: str) -> dict[Path, float]:
+    """summary.json -> the run's validation loss as Table 1 shows it, NaN where it has none (a diverged run)."""
+    found = {f: read_json(f).get("val_loss") for f in (runs / mode).glob("**/summary.json")}
+    return {f: math.nan if v is None else float(v) for f, v in found.items()}
+
+
 def learned(runs: Path, mode: str, entropy: float | dict[str, float] | None) -> str:
     """A mode's validation losses against the unigram entropy of their data, in plain words: a model whose loss is
     at or above it predicts no better than token frequencies alone (no context). `entropy`: one value, or one per
-    slot where the slots read different tokenizers (two real teachers of different families)."""
-    found = {f: read_json(f)["val_loss"] for f in (runs / mode).glob("**/summary.json")}
+    slot where the slots read different tokenizers (two real teachers of different families). Every count, range and
+    quantifier is over the runs that have a finite validation loss (Table 1's non-blank val_loss); the runs with none
+    (diverged) are counted apart, never as better or worse than the baseline."""
+    found = final_val_losses(runs, mode)
     per_slot = entropy if isinstance(entropy, dict) else None
     limit = {f: per_slot.get(f.relative_to(runs / mode).parts[0]) if per_slot else entropy for f in found}
     found = {f: v for f, v in found.items() if limit[f] is not None}
-    if not found:
-        return ""
-    losses = list(found.values())
-    worse = sorted({f.relative_to(runs / mode).parts[1] for f, v in found.items() if not v < limit[f]})
-    values = sorted({limit[f] for f in found})
+    finite = {f: v for f, v in found.items() if math.isfinite(v)}
+    k = len(found) - len(finite)
+    if not finite:
+        return f"- No {mode}-mode run has a finite validation loss ({k} runs, every one diverged)." if found else ""
+    values = sorted({limit[f] for f in finite})
     against = (
         f"the unigram entropy {values[0]:.3f} of its validation split"
         if len(values) == 1
@@ -117,22 +149,27 @@ def learned(runs: Path, mode: str, entropy: float | dict[str, float] | None) -> 
         + ", ".join(f"{slot} {e:.3f}" for slot, e in sorted(per_slot.items()) if e is not None)
         + ")"
     )
-    span = f"validation loss {min(losses):.3f} to {max(losses):.3f} nats/token over {len(losses)} runs"
-    n = sum(not v < limit[f] for f, v in found.items())
-    if n == len(losses):
+    low, high = min(finite.values()), max(finite.values())
+    span = f"validation loss {low:.3f} to {high:.3f} nats/token over {len(finite)} runs"
+    rest = f"; {k} more run{'s' * (k != 1)} diverged, with no validation loss" if k else ""
+    model = f"{mode}-mode model" + (" with a validation loss" if k else "")  # a diverged run has none
+    worse = {f: v for f, v in finite.items() if not v < limit[f]}
+    if len(worse) == len(finite):
         return (
-            f"- Every {mode}-mode model ends worse than a unigram model (one that predicts token frequencies and "
-            f"ignores context): {span}, against {against}."
+            f"- Every {model} ends worse than a unigram model (one that predicts token frequencies and ignores "
+            f"context): {span}, against {against}{rest}."
         )
     if worse:
+        arms = sorted({f.relative_to(runs / mode).parts[1] for f in worse})
+        many = model.replace("model", "models", 1)
         return (
-            f"- {n} of {len(losses)} {mode}-mode models end worse than a unigram model (arms {', '.join(worse)}); "
-            f"{span}, against {against}."
+            f"- {len(worse)} of {len(finite)} {many} end worse than a unigram model (arms {', '.join(arms)}); "
+            f"{span}, against {against}{rest}."
         )
-    margins = [limit[f] - v for f, v in found.items()]
+    margins = [limit[f] - v for f, v in finite.items()]
     return (
-        f"- Every {mode}-mode model beats a unigram model: {span}, {min(margins):.2f} to {max(margins):.2f} below "
-        f"{against}."
+        f"- Every {model} beats a unigram model: {span}, {min(margins):.2f} to {max(margins):.2f} below {against}"
+        f"{rest}."
     )
 
 
@@ -141,6 +178,49 @@ def profile_tokenizers(p: dict) -> list[str]:
     return list(
         dict.fromkeys([*p["tokenizer"].values(), *(slot_tokenizer(p, "teacher", s) for s in p["teacher_slots"])])
     )
+
+
+def seed_span(seeds: list[str]) -> str:
+    """'0-6' for consecutive seeds, else '0, 2, 5'."""
+    ints = sorted(int(x) for x in seeds)
+    consecutive = len(ints) > 2 and ints == list(range(ints[0], ints[-1] + 1))
+    return f"{ints[0]}-{ints[-1]}" if consecutive else ", ".join(map(str, ints))
+
+
+def ran_seeds(runs: Path | None, mode: str, slot: str) -> dict[str, list[str]]:
+    """arm -> the seeds of its finished runs in one slot (<runs>/<mode>/<slot>/<arm>/[seed<k>/]summary.json: the runs
+    Table 1 shows; [] for the unseeded layout); {} where there are none."""
+    found: dict[str, list[str]] = {}
+    for f in [] if runs is None else (runs / mode / slot).glob("*/summary.json"):
+        found.setdefault(f.parent.name, [])
+    for f in [] if runs is None else (runs / mode / slot).glob("*/seed*/summary.json"):
+        found.setdefault(f.parent.parent.name, []).append(f.parent.name.removeprefix("seed"))
+    return found
+
+
+def slot_arms(runs: Path | None, mode: str, slot: str) -> str:
+    """'pit, tt (seeds 0-6); pit-lrt (seeds 0-2)': the arms of one slot with the seeds each ran (`ran_seeds`), arms
+    of the same seeds together, in the tables' arm order; 'none run yet' for a slot without runs."""
+    ran = ran_seeds(runs, mode, slot)
+    if not ran:
+        return "none run yet"
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for arm in sorted(ran, key=method_order):
+        groups.setdefault(tuple(sorted(ran[arm], key=int)), []).append(arm)
+    return "; ".join(", ".join(arms) + (f" (seeds {seed_span(list(k))})" if k else "") for k, arms in groups.items())
+
+
+def slot_lines(config: dict, runs: Path | None) -> list[str]:
+    """One bullet per slot, in size order: the model behind it, its real vocabulary and size (`run_facts`), its
+    arms and their seeds (`slot_arms`)."""
+    p, lines = config["pretrain"], []
+    for mode, slots in (("teacher", p["teacher_slots"]), ("scratch", p["scratch_slots"])):
+        for slot, entry in sorted(slots.items(), key=lambda kv: slot_key(kv[0])):  # in size order
+            name, how = slot_model(mode, entry)
+            shape = ", ".join(x for x in (architecture(name), run_facts(runs, mode, slot)) if x)
+            arms = slot_arms(runs, mode, slot)
+            lines.append(f"- {mode} slot {slot}: `{name}` ({how}{'; ' + shape if shape else ''}); arms {arms}.")
+    return lines
 
 
 def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
@@ -154,20 +234,13 @@ def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
         f"`{corpus['name']}` ({corpus['source']}: `{where}`, at most {corpus.get('max_documents') or 'all'} "
         "documents)."
     ]
-    arms = {m: mode_arms(p["interfaces"], p.get(f"{m}_arms", {})) for m in ("teacher", "scratch")}
-    for mode, slots in (("teacher", p["teacher_slots"]), ("scratch", p["scratch_slots"])):
-        for slot, entry in sorted(slots.items(), key=lambda kv: slot_key(kv[0])):  # in size order
-            name, how = slot_model(mode, entry)
-            shape = ", ".join(x for x in (architecture(name), run_facts(runs, mode, slot)) if x)
-            lines.append(
-                f"- {mode} slot {slot}: `{name}` ({how}{'; ' + shape if shape else ''}); arms {', '.join(arms[mode])}."
-            )
+    lines += slot_lines(config, runs)
     if runs is not None:
         lines += data_facts(runs.parent / "data", profile_tokenizers(p))[0]
     seeds = config.get("seeds")
     lines.append(
-        f"- Seeds: {', '.join(map(str, seeds))} (each arm once per seed; a seed sets initialisation, data order and "
-        "the LoRA's; arms with one seed see the same data)."
+        f"- Seeds: {', '.join(map(str, seeds))}; each slot above lists the seeds its arms ran (a seed sets "
+        "initialisation, data order and the LoRA's; runs of one seed read the same data)."
         if seeds
         else f"- Seeds: one run per arm (seed {p['train']['seed']}): no interval on any comparison."
     )
@@ -194,11 +267,11 @@ def describe_profile(config: dict, runs: Path | None = None) -> list[str]:
     )
     post = config.get("posttrain")
     if post:
-        lora = post["lora"]
+        lora, post_arms = post["lora"], post.get("interfaces") or mode_arms(p["interfaces"], p.get("teacher_arms", {}))
         lines.append(
             f"- Post-training: LoRA r={lora['rank']}, alpha={lora['alpha']}, {lora['max_steps']} steps of "
             f"{lora['batch_size']} examples on {', '.join(post['tasks'])} ({post['data_source']} data) for arms "
-            f"{', '.join(post.get('interfaces') or arms['teacher'])}; evaluation on "
+            f"{', '.join(post_arms)}; evaluation on "
             f"{post['evaluate']['limit'] or 'all'} problems per set."
         )
     return lines

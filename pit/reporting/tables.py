@@ -110,6 +110,7 @@ NUMBER = (float, type(None))  # a JSON number, or null where a value was not mea
 SUMMARY_NUMBERS = ("first_step_loss", "final_train_loss", "final_train_ppl", "val_loss", "runtime_s")
 ANCHOR_KEYS = ("cosine_distance", "procrustes_error", "principal_angle")
 LENS_KEYS = ("kl_ratio", "ce_gap", "mean_kl_bits", "mean_ce_bits", "final_entropy_bits")
+CONTEXT_FREE_KEYS = ("unigram_entropy", "span_entropy", "grad_norm")
 
 
 def check_summary(summary: dict, run: Run, required: tuple[str, ...] = ()) -> dict:
@@ -122,15 +123,22 @@ def check_summary(summary: dict, run: Run, required: tuple[str, ...] = ()) -> di
 
 def check_diagnostics(d: dict, run: Run, required: bool = False) -> dict:
     """A diagnostics.json as the tables read it: `delta_ti` a number, `raw` and `polar` objects of ANCHOR_KEYS
-    numbers, `lens` an object of LENS_KEYS numbers (each present when `required`, but `lens`, newer than the first
-    diagnostics); else a PitError naming the file and the key."""
+    numbers, `lens` an object of LENS_KEYS numbers and `context_free` one of CONTEXT_FREE_KEYS numbers (each present
+    when `required`, but `lens` and `context_free`, newer than the first diagnostics); else a PitError naming the
+    file and the key."""
     label, what = repr(str(run.path)), "the diagnostics.json of `pit diagnose`"
     parts = {"delta_ti": NUMBER, "raw": dict, "polar": dict}
-    check_object(d, label, what, parts if required else {}, {**parts, "lens": (dict, type(None))})
-    for part, keys in (("raw", ANCHOR_KEYS), ("polar", ANCHOR_KEYS), ("lens", LENS_KEYS)):
+    newer = {"lens": (dict, type(None)), "context_free": (dict, type(None))}
+    check_object(d, label, what, parts if required else {}, {**parts, **newer})
+    for part, keys in (
+        ("raw", ANCHOR_KEYS),
+        ("polar", ANCHOR_KEYS),
+        ("lens", LENS_KEYS),
+        ("context_free", CONTEXT_FREE_KEYS),
+    ):
         numbers = dict.fromkeys(keys, NUMBER)
         if d.get(part) is not None:
-            check_object(d[part], f"{label} {part}", what, numbers if required and part != "lens" else {}, numbers)
+            check_object(d[part], f"{label} {part}", what, numbers if required and part not in newer else {}, numbers)
     return d
 
 
@@ -371,6 +379,24 @@ def decoding_notes(post_root: str | Path) -> list[str]:
 RUN_NOTES = {"table4_scores": decoding_notes}  # notes read from the runs a table is built from (`pit table`)
 
 
+def zero_scores_note(df: pd.DataFrame) -> list[str]:
+    """Table 4 (scores): how many of its scores are 0, counted from the table itself (the score columns: each
+    `<task>` with a `problems_<task>` beside it): 'Every score above is 0' only when every one is, else the count
+    and the tasks whose scores are not all 0; [] for a table without scores."""
+    tasks = [c for c in df.columns if f"problems_{c}" in df.columns]
+    counts = {t: (int((df[t] == 0).sum()), int(df[t].notna().sum())) for t in tasks}
+    zero, total = sum(z for z, _ in counts.values()), sum(n for _, n in counts.values())
+    if not total:
+        return []
+    if zero == total:
+        return [f"Every score above is 0 ({total} scores)."]
+    others = ", ".join(f"{t} {n - z} of {n}" for t, (z, n) in counts.items() if z < n)
+    return [f"{zero} of {total} scores above are 0; not 0: {others}."]
+
+
+DATA_NOTES = {"table4_scores": zero_scores_note}  # notes computed from the table's own rows (`write_table`)
+
+
 BUILDERS = {  # claims: pit/reporting/claims.py
     "table1": table1,
     "table2": table2,
@@ -440,9 +466,9 @@ TABLE_NOTES = {
         "Scores are in %: pass@1 from executing the unit tests in a sandbox (MBPP, HumanEval) and numeric exact "
         "match of the final answer (GSM8K, SVAMP); the paper calls all four exact-match accuracy. Each LoRA is "
         "evaluated in-domain (its own task) and out-of-domain.",
-        "At small scale every score above is 0, so a continuous measure sits beside it: `nll_<task>` (LoRA model) "
-        "and `base_nll_<task>` (its base) = teacher-forced NLL of the set's reference solutions given the same "
-        "prompts, in nats per reference token (pooled over the problems scored). Not a quantity of the paper. "
+        "A score moves in steps of 100 / problems points, so a continuous measure sits beside it: `nll_<task>` "
+        "(LoRA model) and `base_nll_<task>` (its base) = teacher-forced NLL of the set's reference solutions given "
+        "the same prompts, in nats per reference token (pooled over the problems scored). Not a quantity of the paper. "
         "Sets in `standin_data` are offline stand-ins, not the real benchmarks; `problems_<task>` = problems "
         "scored in that set. One seed, no intervals.",
         "`sandbox` = where the code tasks' samples ran (every result JSON records it): `bubblewrap` (namespaces, a "
@@ -465,10 +491,12 @@ TABLE_NOTES = {
         "paper_runtime_s is the paper's runtime in the same unit. One seed per arm, no intervals: differences "
         "between arms carry no stated uncertainty.",
         "Teacher mode: PIT with the paper's init (T = I, Z = polar factor of E0) replaces the teacher's head "
-        "W_out = E0^T = H U^T by U^T, so it starts far above the teacher (first_loss). PIT-head (`t_init: power`, "
+        "W_out = E0^T = H U^T by U^T, so it does not start from the teacher's function (its first_loss against "
+        "TT's says how far). PIT-head (`t_init: power`, "
         "T = H / sigma^2 with sigma^2 moved into the final norm) keeps the teacher's head exactly and changes "
-        "only its input embedding (docs/models.md). Any early rise of the TT loss in teacher mode is data order: "
-        "the untied arm sees the same batches and rises the same way; it is not evidence about the interface.",
+        "only its input embedding (docs/models.md). Whether TT's loss rises early in teacher mode beyond its noise, "
+        "and whether the controls that read the same batches (untied, TT without the re-warm) rise the same way, is "
+        "the claims table's early-rise row (`early_rise_excess`, `untied_*`, `control_*`), not this table.",
         "The paper does not give its budget, learning rate or hardware: compare shapes and orderings, not "
         "absolute values, unless the paper profile ran.",
     ],
@@ -620,13 +648,14 @@ def table_files_owned(out_stem: str | Path) -> bool:
 def write_table(df: pd.DataFrame, out_stem: str | Path, name: str, profile: str, notes: list[str] = ()) -> None:
     """Write <stem>.csv (a plain table: header row, then values; numbers unformatted, runtimes in seconds),
     <stem>.json (caption, profile, notes, each column's type and unit), and for people <stem>.md, <stem>.tex and
-    <stem>.html (caption, formatted numbers, the table's notes (`table_notes`) and `notes`; each `paper_*` column
-    beside ours), as one set: written to temporaries, renamed together, then
-    <stem>.sha256 lists their hashes (pit.io.write_file_set). Temporaries of an earlier, killed `pit table` are
-    removed first."""
+    <stem>.html (caption, formatted numbers, the table's notes (`table_notes`), the notes computed from its rows
+    (DATA_NOTES) and `notes`; each `paper_*` column beside ours), as one set: written to temporaries, renamed
+    together, then <stem>.sha256 lists their hashes (pit.io.write_file_set). Temporaries of an earlier, killed
+    `pit table` are removed first."""
     out_stem = Path(out_stem)
     df = paper_beside(df)
-    notes = [*table_notes(name, "seed" in df.columns), *notes]
+    computed = DATA_NOTES[name](df) if name in DATA_NOTES else []
+    notes = [*table_notes(name, "seed" in df.columns), *computed, *notes]
     shown = _shown(df)
     head = f"**{TITLES[name]}.** Profile: `{profile}`." + (
         " Columns `paper_*` are the paper's values." if any(str(c).startswith("paper_") for c in df.columns) else ""
