@@ -352,7 +352,26 @@ TABLE_READS = {
                                                     ": context_free [] is an array; expected an object or null"),
     "stability summary.json not JSON": ("stability", "", "pretrain/scratch/303m/pit/summary.json", "{",
                                         " is not valid JSON"),  # was skipped: a table without that run
+    "stability summary.json diverged a number": ("stability", "", "pretrain/scratch/303m/pit/summary.json",
+                                                 json.dumps({**SUMMARY, "diverged": 3}),
+                                                 ": diverged 3 is a number; expected"),
 }  # fmt: skip
+
+
+def test_a_stopped_runs_summary_with_its_reason_reads_in_every_table(tmp_path, capsys):
+    """`pit train` writes why a diverged run was stopped as `diverged` (a string): the study's tables refused it
+    ("is a string; expected true or false") and stopped the study's reporting rules."""
+    run = tmp_path / "pretrain/scratch/303m/pit"
+    run.mkdir(parents=True)
+    why = "stopped after 20 consecutive non-finite steps from step 62"
+    (run / "summary.json").write_text(json.dumps({**SUMMARY, "val_loss": None, "diverged": why}))
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 7.0}\n')
+    for table in ("table1", "stability"):
+        argv = ["table", table, "--runs", tmp_path / ("pretrain" if table == "table1" else ""), "--profile", "p"]
+        assert run_pit(capsys, *argv, "--out", tmp_path / "out" / table)[0] == 0
+    import pandas as pd
+
+    assert pd.read_csv(tmp_path / "out" / "stability.csv")["diverged"].tolist() == [1]  # counted as diverged
 
 
 @pytest.mark.parametrize("case", sorted(TABLE_READS))

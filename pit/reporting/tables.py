@@ -115,8 +115,11 @@ CONTEXT_FREE_KEYS = ("unigram_entropy", "span_entropy", "grad_norm")
 
 def check_summary(summary: dict, run: Run, required: tuple[str, ...] = ()) -> dict:
     """A pretraining run's summary.json as the tables read it: SUMMARY_NUMBERS (the `required` ones present) numbers
-    or null, `diverged` true or false, `mode` a string; else a PitError naming the file."""
-    optional = {**dict.fromkeys(SUMMARY_NUMBERS, NUMBER), "diverged_at_step": NUMBER, "diverged": bool, "mode": str}
+    or null, `diverged` true, false, null or the reason the run was stopped (`pit train` writes why a run that
+    diverged ended, e.g. "stopped after 20 consecutive non-finite steps from step 62"), `mode` a string; else a
+    PitError naming the file."""
+    diverged = (bool, str, type(None))
+    optional = {**dict.fromkeys(SUMMARY_NUMBERS, NUMBER), "diverged_at_step": NUMBER, "diverged": diverged, "mode": str}
     return check_object(summary, repr(str(run.path)), "the summary.json of `pit train`",
                         dict.fromkeys(required, NUMBER), optional)  # fmt: skip
 
