@@ -354,7 +354,7 @@ TABLE_READS = {
                                         " is not valid JSON"),  # was skipped: a table without that run
     "stability summary.json diverged a number": ("stability", "", "pretrain/scratch/303m/pit/summary.json",
                                                  json.dumps({**SUMMARY, "diverged": 3}),
-                                                 ": diverged 3 is a number; expected"),
+                                                 ": diverged 3 is an integer; expected true or false or a string"),
 }  # fmt: skip
 
 
