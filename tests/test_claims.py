@@ -413,7 +413,7 @@ def test_every_generated_sentence_carries_the_tables_numbers():
     inconclusive = the_row(table, "teacher_val_loss", ref="tt-matched")
     assert inconclusive["verdict"] == "inconclusive" and inconclusive["diff_ci_low"] < 0 < inconclusive["diff_ci_high"]
     assert f"detects with 80% power: {inconclusive['mde']:.3g}" in text
-    assert re.search(r"\*\*Supported\*\* \(1 claims\)", reading_markdown(table))
+    assert re.search(r"\*\*Supported\*\* \(1 claim\)", reading_markdown(table))
 
 
 def test_matched_gain_interpolation():

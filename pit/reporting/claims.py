@@ -965,7 +965,7 @@ def row_sentence(row) -> str:
     if UNSETTLED in row["verdict"]:
         text += f"; {row['verdict'].removeprefix(kind + ', ').split('; not specific')[0]}"
     if kind == "not specific to PIT":
-        text += f"; {row['verdict'].split('not specific to PIT: ', 1)[1]}"
+        text += f"; not specific to PIT: {row['verdict'].split('not specific to PIT: ', 1)[1]}"
     about = row.get("about") if hasattr(row, "get") else None
     if kind in DECIDED and isinstance(about, str) and about:
         text += f"; evidence about PIT's {about}"
@@ -1064,8 +1064,8 @@ def reading_markdown(table: pd.DataFrame) -> str:
         if part.empty:
             continue
         fragile = int(part["fragile"].sum())
-        note = f" ({fragile} of them fragile: one seed fewer changes the verdict)" if fragile else ""
-        lines.append(f"- **{kind.capitalize()}** ({len(part)} claims{note}):")
+        note = f"; {fragile} of them fragile: one seed fewer changes the verdict" if fragile else ""
+        lines.append(f"- **{kind.capitalize()}** ({len(part)} claim{'s' * (len(part) != 1)}{note}):")
         for r in part.itertuples(index=False):
             lines.append(f"  - {r.title}: {'; '.join(r.primary)}.")
     decided = table[(table["role"] == "secondary") & table["verdict"].map(lambda v: verdict_kind(v) in DECIDED)]
