@@ -77,13 +77,21 @@ def replace_block(text: str, name: str, body: str, doc: Path) -> str:
 
 
 def write_summary(tables: Path, doc: Path, out: Path) -> None:
-    """Replace the summary and reading blocks of `doc` with those generated from the claims table in `tables`."""
+    """Replace the summary and reading blocks of `doc` with those generated from the claims table in `tables`, and
+    its `bounds` block, where it has one, with the context-free bound per arm of the per-seed table."""
+    import pandas as pd
+
     from pit.reporting.claims import read_claims, reading_markdown
+    from pit.reporting.study_tables import context_free_markdown
 
     table = read_claims(tables)
     link = os.path.relpath(out / "README.md", doc.parent)
     text = replace_block(doc.read_text(), "summary", generated_summary(table, link), doc)
-    doc.write_text(replace_block(text, "reading", reading_markdown(table).strip(), doc))
+    text = replace_block(text, "reading", reading_markdown(table).strip(), doc)
+    if "<!-- bounds:start -->" in text:  # docs/study.md: the context-free bound per arm
+        bounds = context_free_markdown(pd.read_csv(tables / "claims_seeds.csv")).strip()
+        text = replace_block(text, "bounds", bounds, doc)
+    doc.write_text(text)
 
 
 def write_real(results: Path, profile: Path, doc: Path) -> None:

@@ -583,6 +583,7 @@ def test_the_committed_study_recomputes_decides_by_design_and_says_what_its_tabl
     reading in docs/study.md and REPORT.md are the ones the table generates; the run took at most 150 minutes on 2
     cores."""
     from pit.reporting.claims import read_claims
+    from pit.reporting.study_tables import context_free_markdown
 
     study = ROOT / "docs" / "results" / "study"
     check = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_claims.py"), str(study / "tables" /
@@ -590,9 +591,13 @@ def test_the_committed_study_recomputes_decides_by_design_and_says_what_its_tabl
     assert check.returncode == 0 and "0 mismatches" in check.stdout, check.stdout[-2000:]
     table = read_claims(study / "tables")
     tested = table[(table["role"] == "primary") & table["family"].fillna(0).gt(0) & table["p"].notna()]
-    assert len(tested) and (tested["arm"] == "pit").all() and (tested["n"] >= 6).all()
+    assert len(tested) and (tested["arm"] == "pit").all() and (tested["n"] >= 10).all()  # issue 67: n >= 10
+    teacher = table[(table["role"] == "primary") & (table["mode"] == "teacher")]
+    assert (teacher["ref"] == "tt-matched").all() and not (table["ref"] == "untied").any()  # the matched control
     assert not table["verdict"].str.contains("cannot tell apart|do not resolve").any()
     doc = (ROOT / "docs" / "study.md").read_text()
+    seeds = pd.read_csv(study / "tables" / "claims_seeds.csv")
+    assert block(doc, "bounds") == context_free_markdown(seeds).strip()  # the context-free bound per arm
     summary_text = summary_markdown(table).strip()
     assert block(doc, "summary").endswith(summary_text) and block(doc, "reading") == reading_markdown(table).strip()
     assert summary_text in (study / "REPORT.md").read_text()

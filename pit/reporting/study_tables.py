@@ -143,3 +143,24 @@ def frontier(seeds: pd.DataFrame) -> pd.DataFrame:
 
 
 BUILDERS = {"stability": stability, "teacher_gap": teacher_gap, "frontier": frontier}
+
+
+def context_free_markdown(seeds: pd.DataFrame) -> str:
+    """Per main slot (not a sweep rate) and arm, the mean over seeds of the validation loss, the unigram entropy of
+    the validation split and the context-free bound `span_entropy` (the best unigram fit within the span of the run's
+    output matrix: the loss a model must beat to have learned more than its interface expresses without context;
+    docs/diagnostics.md), as a Markdown table (docs/study.md's `bounds` block)."""
+    rows = seeds[(seeds["lora"].fillna("") == "") & (seeds["slot"] == seeds["group"])]
+    keys = ["val_loss", "unigram_entropy", "span_entropy"]
+    means = rows[rows["metric"].isin(keys)].pivot_table(
+        index=["mode", "slot", "arm"], columns="metric", values="value", aggfunc="mean"
+    )
+    lines = ["| mode | slot | arm | val loss | unigram entropy | context-free bound | loss below the bound |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    order = sorted(means.index, key=lambda k: (MODE_ORDER[k[0]], slot_key(k[1]), method_order(k[2])))
+    for mode, slot, arm in order:
+        r = means.loc[(mode, slot, arm)].reindex(keys)
+        below = r["span_entropy"] - r["val_loss"]
+        lines.append(f"| {mode} | {slot} | {arm} | {r['val_loss']:.3f} | {r['unigram_entropy']:.3f} | "
+                     f"{r['span_entropy']:.3f} | {below:.3f} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
