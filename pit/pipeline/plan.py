@@ -182,13 +182,18 @@ def _longest_tails(jobs: list[Job], children: dict[str, list[str]]) -> dict[str,
 # --- Building the plan --------------------------------------------------------------------------------------
 
 
-def build(p: Profile, gpu: str = "h100", devices: int | None = None, mfu: float | None = None) -> Plan:
+def build(
+    p: Profile, gpu: str = "h100", devices: int | None = None, mfu: float | None = None, cpu_peak: float | None = None
+) -> Plan:
     """The plan of profile `p` with its GPU jobs on device kind `gpu` (`cpu`: every job on CPU threads), on
     `devices` GPUs (a plan without GPU jobs: CPU cores; default 1 GPU, 2 cores: the reference machine), at `mfu`
-    (default: the device kind's measured MFU, eager or compiled as each run is)."""
+    (default: the device kind's measured MFU, eager or compiled as each run is); `cpu_peak`: the FP32 GEMM FLOP/s of
+    one thread of another CPU (default the reference's): its compute scales with it, the fixed costs do not."""
     if devices is not None and devices < 1:
         raise PitError(f"devices {devices}: expected a number of devices >= 1")
-    planner = Planner(p, cost.device(gpu), mfu)
+    if cpu_peak is not None and not cpu_peak > 0:
+        raise PitError(f"cpu_peak {cpu_peak}: expected FLOP/s of one thread > 0")
+    planner = Planner(p, cost.device(gpu), mfu, cpu_peak)
     jobs = planner.jobs()
     devices = devices or (1 if any(cost.DEVICES[j.device].gpu for j in jobs) else 2)
     return Plan(p.name, planner.gpu, cost.DEVICES["cpu"], devices, planner.mfu_used, jobs)
@@ -197,11 +202,13 @@ def build(p: Profile, gpu: str = "h100", devices: int | None = None, mfu: float 
 class Planner:
     """Jobs of one profile; model costs are cached by (source, interface, vocabulary, window)."""
 
-    def __init__(self, p: Profile, gpu: cost.Device, mfu: float | None):
+    def __init__(self, p: Profile, gpu: cost.Device, mfu: float | None, cpu_peak: float | None = None):
         if mfu is not None and not 0 < mfu <= 1:
             raise PitError(f"mfu {mfu}: expected a fraction of the peak in (0, 1]")
         self.p, self.gpu, self.mfu = p, gpu, mfu
-        self.cpu = cost.DEVICES["cpu"]
+        ref = cost.DEVICES["cpu"]  # another CPU: FP32 and FP64 rates scaled by its GEMM peak, start-up unchanged
+        scale = 1.0 if cpu_peak is None else cpu_peak / ref.peak
+        self.cpu = replace(ref, peak=ref.peak * scale, fp64=ref.fp64 * scale)
         self.mfu_used: dict[str, float] = {}
         self._costs: dict = {}
 
