@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from pit.core import linalg
+from pit.data.reader import entropy
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +52,6 @@ class ContextFreeFit:
     def as_json(self) -> dict:
         """diagnostics.json's `context_free` entry."""
         return {key: getattr(self, key) for key in JSON_KEYS}
-
-
-def unigram_entropy_of(q: np.ndarray) -> float:
-    """H(q) = -sum_v q_v ln q_v over q_v > 0, the expression pit.data.reader.unigram_entropy evaluates (so the
-    same counts give the same float)."""
-    p = q[q > 0]
-    return float(-(p * np.log(p)).sum())
 
 
 def span_basis(W: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -125,4 +119,4 @@ def fit_context_free(W, q, bias=None, tol: float = 1e-9, max_iter: int = 200) ->
     grad_norm = float(g.norm())
     if grad_norm >= tol:
         log.warning("context-free fit: gradient norm %.3g after %d Newton steps (tolerance %.3g)", grad_norm, it, tol)
-    return ContextFreeFit(f, unigram_entropy_of(q64), rank, it, grad_norm, p)
+    return ContextFreeFit(f, entropy(q64), rank, it, grad_norm, p)

@@ -175,5 +175,10 @@ def unigram_entropy(data: TokenFile) -> float:
     """H = -sum_v p(v) ln p(v) of the file's token frequencies (nats/token): the loss of the best model that ignores
     context, so a language model has learned something once its validation loss is well below it."""
     counts = token_counts(data)
-    p = counts[counts > 0] / counts.sum()
+    return entropy(counts / counts.sum())
+
+
+def entropy(q: np.ndarray) -> float:
+    """H(q) = -sum_v q_v ln q_v over q_v > 0 (nats)."""
+    p = q[q > 0]
     return float(-(p * np.log(p)).sum())
